@@ -1,0 +1,239 @@
+"""In-memory cluster cache fed by the informers; the only source of truth on the request path.
+
+Informer events go in (``upsert_*``/``delete_*``/``replace_*``), derived indexes are kept up to
+date incrementally (per-node usage, gang membership, domain occupancy), and the coordinator is told
+about the few changes it must react to (a member or node gone, a gang object gone).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .gang_sources import gang_key_of_pod, podgroup_key, spec_from_annotations, spec_from_podgroup
+from .records import GangSpec, NodeRecord, PodRecord, node_record, pod_record
+from .resources import Resources, add_into, subtract_into
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEvent:
+    """What the coordinator needs to hear about; ``key`` is a pod uid, node name or gang key."""
+
+    kind: str  # "pod-removed" | "pod-bound" | "node-removed" | "gang-removed" | "gang-changed"
+    key: str
+    pod: PodRecord | None = None
+
+
+Listener = Callable[[CacheEvent], None]
+
+
+class ClusterCache:
+    def __init__(self, level_labels: tuple[str, ...]) -> None:
+        self.level_labels = level_labels
+        self.nodes: dict[str, NodeRecord] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.node_used: dict[str, Resources] = defaultdict(dict)
+        self.node_pod_count: dict[str, int] = defaultdict(int)
+        self.gang_members: dict[str, set[str]] = defaultdict(set)
+        self.podgroup_specs: dict[str, GangSpec] = {}
+        self.annotation_specs: dict[str, GangSpec] = {}
+        # Pods holding capacity per topology domain prefix (level depth, path) — for scoring pods
+        # outside gangs towards domains that are already in use.
+        self.domain_pods: dict[str, int] = {}
+        self.domain_nodes: dict[str, set[str]] = defaultdict(set)
+        # Bumped whenever a domain turns empty or non-empty; scores of pods outside gangs depend
+        # only on that, so cached scores stay valid until it moves.
+        self.occupancy_epoch = 0
+        self.listeners: list[Listener] = []
+        self.version = 0  # bumped on every change that can alter capacity or gangs
+        self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
+
+    # --- helpers -------------------------------------------------------------------------
+    def _emit(self, event: CacheEvent) -> None:
+        for listener in self.listeners:
+            listener(event)
+
+    def _domain_paths(self, node_name: str) -> Iterable[str]:
+        node = self.nodes.get(node_name)
+        if node is None:
+            return ()
+        return (path for path in node.paths if path)
+
+    def _count_domain(self, path: str, delta: int) -> None:
+        before = self.domain_pods.get(path, 0)
+        after = before + delta
+        if after:
+            self.domain_pods[path] = after
+        else:
+            self.domain_pods.pop(path, None)
+        if (before == 0) != (after == 0):
+            self.occupancy_epoch += 1
+
+    def _account(self, pod: PodRecord, sign: int) -> None:
+        if not pod.holds_capacity:
+            return
+        used = self.node_used[pod.node_name]
+        if sign > 0:
+            add_into(used, pod.requests)
+        else:
+            subtract_into(used, pod.requests)
+        self.node_pod_count[pod.node_name] += sign
+        for path in self._domain_paths(pod.node_name):
+            self._count_domain(path, sign)
+
+    def gang_spec(self, key: str) -> GangSpec | None:
+        """A PodGroup wins over annotations for the same name."""
+        return self.podgroup_specs.get(key) or self.annotation_specs.get(key)
+
+    # --- nodes ---------------------------------------------------------------------------
+    def upsert_node(self, obj: dict[str, Any]) -> None:
+        record = node_record(obj, self.level_labels)
+        old = self.nodes.get(record.name)
+        if old is not None and old.domains != record.domains:
+            self._reindex_node(old, record)
+        elif old is None:
+            self.nodes[record.name] = record
+            self._index_node_domains(record, +1)
+            self._recount_node_domains(record.name, +1)
+        self.nodes[record.name] = record
+        self.version += 1
+
+    def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
+        for path in node.paths:
+            if not path:
+                continue
+            if sign > 0:
+                self.domain_nodes[path].add(node.name)
+            else:
+                self.domain_nodes[path].discard(node.name)
+                if not self.domain_nodes[path]:
+                    del self.domain_nodes[path]
+
+    def _recount_node_domains(self, name: str, sign: int) -> None:
+        count = self.node_pod_count.get(name, 0)
+        if count:
+            for path in self._domain_paths(name):
+                self._count_domain(path, sign * count)
+
+    def _reindex_node(self, old: NodeRecord, new: NodeRecord) -> None:
+        self._recount_node_domains(old.name, -1)
+        self._index_node_domains(old, -1)
+        self.nodes[new.name] = new
+        self._index_node_domains(new, +1)
+        self._recount_node_domains(new.name, +1)
+        self.occupancy_epoch += 1
+
+    def delete_node(self, name: str) -> None:
+        node = self.nodes.get(name)
+        if node is None:
+            return
+        self._recount_node_domains(name, -1)
+        self._index_node_domains(node, -1)
+        del self.nodes[name]
+        self.version += 1
+        self._emit(CacheEvent("node-removed", name))
+
+    def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> None:
+        fresh = {(o.get("metadata") or {}).get("name", ""): o for o in objs}
+        for name in list(self.nodes):
+            if name not in fresh:
+                self.delete_node(name)
+        for obj in fresh.values():
+            self.upsert_node(obj)
+        self.synced["nodes"] = True
+
+    # --- pods ----------------------------------------------------------------------------
+    def upsert_pod(self, obj: dict[str, Any]) -> None:
+        gang_key = gang_key_of_pod(obj)
+        record = pod_record(obj, gang_key)
+        if not record.uid:
+            return
+        old = self.pods.get(record.uid)
+        if old is not None:
+            self._account(old, -1)
+            if old.gang_key and old.gang_key != gang_key:
+                self.gang_members[old.gang_key].discard(old.uid)
+        self.pods[record.uid] = record
+        self._account(record, +1)
+        if gang_key:
+            self.gang_members[gang_key].add(record.uid)
+            spec = spec_from_annotations(obj)
+            if spec is not None:
+                self.annotation_specs[gang_key] = spec
+        self.version += 1
+        if record.node_name and (old is None or not old.node_name):
+            self._emit(CacheEvent("pod-bound", record.uid, record))
+        if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
+            self._emit(CacheEvent("pod-removed", record.uid, record))
+
+    def delete_pod(self, obj: dict[str, Any]) -> None:
+        uid = (obj.get("metadata") or {}).get("uid", "")
+        self._drop_pod(uid)
+
+    def _drop_pod(self, uid: str) -> None:
+        record = self.pods.pop(uid, None)
+        if record is None:
+            return
+        self._account(record, -1)
+        if record.gang_key:
+            members = self.gang_members.get(record.gang_key)
+            if members is not None:
+                members.discard(uid)
+                if not members:
+                    del self.gang_members[record.gang_key]
+                    if record.gang_key not in self.podgroup_specs:
+                        self.annotation_specs.pop(record.gang_key, None)
+        self.version += 1
+        self._emit(CacheEvent("pod-removed", uid, record))
+
+    def replace_pods(self, objs: Iterable[dict[str, Any]]) -> None:
+        fresh = list(objs)
+        seen = {(o.get("metadata") or {}).get("uid", "") for o in fresh}
+        for uid in [u for u in self.pods if u not in seen]:
+            self._drop_pod(uid)
+        for obj in fresh:
+            self.upsert_pod(obj)
+        self.synced["pods"] = True
+
+    # --- gang objects --------------------------------------------------------------------
+    def upsert_podgroup(self, obj: dict[str, Any]) -> None:
+        spec = spec_from_podgroup(obj)
+        self.podgroup_specs[spec.key] = spec
+        self.version += 1
+        self._emit(CacheEvent("gang-changed", spec.key))
+
+    def delete_podgroup(self, obj: dict[str, Any]) -> None:
+        key = podgroup_key(obj)
+        if self.podgroup_specs.pop(key, None) is not None:
+            self.version += 1
+            self._emit(CacheEvent("gang-removed", key))
+
+    def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> None:
+        fresh = {podgroup_key(o): o for o in objs}
+        for key in [k for k in self.podgroup_specs if k not in fresh]:
+            namespace, name = key.split("/", 1)
+            self.delete_podgroup({"metadata": {"namespace": namespace, "name": name}})
+        for obj in fresh.values():
+            self.upsert_podgroup(obj)
+        self.synced["podgroups"] = True
+
+    # --- queries -------------------------------------------------------------------------
+    def free_on(self, node: NodeRecord) -> tuple[Resources, int]:
+        """Allocatable minus requests of pods bound there (reservations are the coordinator's)."""
+        free = dict(node.allocatable)
+        used = self.node_used.get(node.name)
+        if used:
+            subtract_into(free, used)
+        return free, node.pods_allocatable - self.node_pod_count.get(node.name, 0)
+
+    def members(self, gang_key: str) -> list[PodRecord]:
+        return [self.pods[uid] for uid in self.gang_members.get(gang_key, ()) if uid in self.pods]
+
+    def counts(self) -> dict[str, int]:
+        return {
+            "nodes": len(self.nodes),
+            "pods": len(self.pods),
+            "podgroups": len(self.podgroup_specs),
+        }

@@ -1,0 +1,93 @@
+"""Process entry point: configuration, wiring, and the aiohttp server."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import AsyncIterator, Sequence
+
+from aiohttp import web
+
+from . import config as cfg
+from . import logs
+from .cache import ClusterCache
+from .coordinator import Coordinator
+from .informer import Informer
+from .kube import KubeClient, load_credentials
+from .metrics import Metrics
+from .server import build_app
+
+log = logging.getLogger("extender")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="quorum-extender",
+        description="kube-scheduler HTTP extender for gang scheduling and topology-aware placement",
+    )
+    parser.add_argument("--config", help="YAML configuration file")
+    parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", help="listen port (default 8888)")
+    parser.add_argument("--kubeconfig", help="kubeconfig path (default: in-cluster credentials)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    parser.add_argument("--log-format", choices=["json", "text"])
+    parser.add_argument("--bind-timeout", help="seconds a gang may take to reach quorum at bind")
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> cfg.Config:
+    config = cfg.load_file(args.config) if args.config else cfg.Config()
+    config = cfg.apply_overrides(config, cfg.env_overrides())
+    return cfg.apply_overrides(
+        config,
+        {
+            "host": args.host,
+            "port": args.port,
+            "kubeconfig": args.kubeconfig,
+            "log_level": args.log_level,
+            "log_format": args.log_format,
+            "bind_timeout": args.bind_timeout,
+        },
+    )
+
+
+def build(config: cfg.Config) -> web.Application:
+    credentials = load_credentials(config.kubeconfig)
+    client = KubeClient(credentials)
+    cache = ClusterCache(tuple(level.node_label for level in config.levels))
+    metrics = Metrics()
+    coordinator = Coordinator(config, cache, client, metrics)
+    metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count)
+    informer = Informer(client, cache, metrics)
+    app = build_app(coordinator, cache, metrics, lambda: all(cache.synced.values()),
+                    config.max_request_bytes)
+
+    async def lifecycle(_: web.Application) -> AsyncIterator[None]:
+        informer.start()
+        log.info("started", extra={"host": config.host, "port": config.port,
+                                   "levels": [lvl.name for lvl in config.levels]})
+        yield
+        await informer.stop()
+        await client.close()
+
+    app.cleanup_ctx.append(lifecycle)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = load_config(args)
+    except cfg.ConfigError as exc:
+        print(f"quorum-extender: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    logs.setup(config.log_level, config.log_format)
+    try:
+        app = build(config)
+    except Exception as exc:  # credentials that cannot be loaded: say so plainly and stop
+        print(f"quorum-extender: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
+        return 2
+    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None,
+                handle_signals=True)
+    return 0

@@ -1,0 +1,233 @@
+"""Configuration: one YAML file, then environment variables, then command-line flags.
+
+Validation happens once at start; any bad value stops the process with a message that names the
+field (``gang.bindTimeoutSeconds: must be > 0``) instead of failing later on the request path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+ANNOTATION_PREFIX = "quorum.dev/"
+
+
+class ConfigError(ValueError):
+    """Invalid configuration; the message names the offending field."""
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyLevel:
+    name: str
+    node_label: str
+
+
+@dataclass(frozen=True, slots=True)
+class GangTimings:
+    bind_timeout_seconds: float = 30.0
+    backoff_base_seconds: float = 5.0
+    backoff_max_seconds: float = 300.0
+    max_replans: int = 3
+
+
+DEFAULT_LEVELS = (
+    TopologyLevel("block", "topology.quorum.dev/block"),
+    TopologyLevel("rack", "topology.quorum.dev/rack"),
+    TopologyLevel("host", "kubernetes.io/hostname"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 8888
+    kubeconfig: str = ""
+    levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
+    gang: GangTimings = field(default_factory=GangTimings)
+    max_request_bytes: int = 32 * 1024 * 1024
+    log_level: str = "info"
+    log_format: str = "json"
+
+    def level_index(self, name_or_label: str) -> int | None:
+        """Resolve a topology reference given as a level name ("rack") or a node label key."""
+        for i, level in enumerate(self.levels):
+            if name_or_label in (level.name, level.node_label):
+                return i
+        return None
+
+
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+_LOG_FORMATS = ("json", "text")
+
+
+def _section(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = raw.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: must be a mapping")
+    return value
+
+
+def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        prefix = f"{where}." if where else ""
+        raise ConfigError(f"{prefix}{unknown[0]}: unknown field")
+
+
+def _number(raw: Mapping[str, Any], key: str, where: str, default: float, minimum: float = 0.0) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}.{key}: must be a number, got {value!r}")
+    if value <= minimum:
+        raise ConfigError(f"{where}.{key}: must be > {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def _port(value: Any, where: str) -> int:
+    try:
+        port = int(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: must be an integer port, got {value!r}") from None
+    if isinstance(value, bool) or not 0 < port < 65536:
+        raise ConfigError(f"{where}: must be between 1 and 65535, got {value!r}")
+    return port
+
+
+def _levels(raw: Any) -> tuple[TopologyLevel, ...]:
+    if raw is None:
+        return DEFAULT_LEVELS
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("topology.levels: must be a non-empty list")
+    levels: list[TopologyLevel] = []
+    for i, item in enumerate(raw):
+        where = f"topology.levels[{i}]"
+        if not isinstance(item, Mapping):
+            raise ConfigError(f"{where}: must be a mapping with name and nodeLabel")
+        _check_keys(item, {"name", "nodeLabel"}, where)
+        name, label = item.get("name"), item.get("nodeLabel")
+        if not isinstance(label, str) or not label:
+            raise ConfigError(f"{where}.nodeLabel: must be a non-empty string")
+        if name is None:
+            name = label.rsplit("/", 1)[-1]
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}.name: must be a non-empty string")
+        levels.append(TopologyLevel(name, label))
+    names = [lvl.name for lvl in levels]
+    labels = [lvl.node_label for lvl in levels]
+    if len(set(names)) != len(names):
+        raise ConfigError("topology.levels: level names must be unique")
+    if len(set(labels)) != len(labels):
+        raise ConfigError("topology.levels: node labels must be unique")
+    return tuple(levels)
+
+
+def from_mapping(raw: Mapping[str, Any]) -> Config:
+    """Build a validated Config from a parsed YAML document."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("config file: top level must be a mapping")
+    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "http", "log"}, "")
+    listen = _section(raw, "listen")
+    _check_keys(listen, {"host", "port"}, "listen")
+    topology = _section(raw, "topology")
+    _check_keys(topology, {"levels"}, "topology")
+    gang = _section(raw, "gang")
+    _check_keys(
+        gang, {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds", "maxReplans"}, "gang"
+    )
+    http = _section(raw, "http")
+    _check_keys(http, {"maxRequestBytes"}, "http")
+    log = _section(raw, "log")
+    _check_keys(log, {"level", "format"}, "log")
+
+    host = listen.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        raise ConfigError("listen.host: must be a non-empty string")
+    kubeconfig = raw.get("kubeconfig") or ""
+    if not isinstance(kubeconfig, str):
+        raise ConfigError("kubeconfig: must be a path string")
+
+    timings = GangTimings(
+        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
+        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
+        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
+        max_replans=int(_number(gang, "maxReplans", "gang", 3, minimum=0)),
+    )
+    if timings.backoff_max_seconds < timings.backoff_base_seconds:
+        raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
+    config = Config(
+        host=host,
+        port=_port(listen.get("port", 8888), "listen.port"),
+        kubeconfig=kubeconfig,
+        levels=_levels(topology.get("levels")),
+        gang=timings,
+        max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),
+        log_level=str(log.get("level", "info")),
+        log_format=str(log.get("format", "json")),
+    )
+    return validate(config)
+
+
+def validate(config: Config) -> Config:
+    if config.log_level not in _LOG_LEVELS:
+        raise ConfigError(f"log.level: must be one of {', '.join(_LOG_LEVELS)}, got {config.log_level!r}")
+    if config.log_format not in _LOG_FORMATS:
+        raise ConfigError(f"log.format: must be one of {', '.join(_LOG_FORMATS)}, got {config.log_format!r}")
+    return config
+
+
+def load_file(path: str) -> Config:
+    """Read and validate a YAML config file (called once at start, before the event loop)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"config file {path}: invalid YAML: {exc}") from exc
+    return from_mapping(raw or {})
+
+
+def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
+    """Apply env/flag overrides (keys: host, port, kubeconfig, log_level, log_format, bind_timeout)."""
+    changes: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if value is None or value == "":
+            continue
+        if key == "port":
+            changes["port"] = _port(value, "port")
+        elif key == "bind_timeout":
+            try:
+                seconds = float(value)
+            except ValueError:
+                raise ConfigError(f"bind-timeout: must be a number, got {value!r}") from None
+            if seconds <= 0:
+                raise ConfigError(f"bind-timeout: must be > 0, got {value!r}")
+            g = config.gang
+            changes["gang"] = GangTimings(
+                seconds, g.backoff_base_seconds, g.backoff_max_seconds, g.max_replans
+            )
+        elif key in ("host", "kubeconfig", "log_level", "log_format"):
+            changes[key] = str(value)
+        else:
+            raise ConfigError(f"{key}: unknown override")
+    from dataclasses import replace
+
+    return validate(replace(config, **changes))
+
+
+def env_overrides(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    names = {
+        "host": "QUORUM_HOST",
+        "port": "QUORUM_PORT",
+        "kubeconfig": "QUORUM_KUBECONFIG",
+        "log_level": "QUORUM_LOG_LEVEL",
+        "log_format": "QUORUM_LOG_FORMAT",
+        "bind_timeout": "QUORUM_BIND_TIMEOUT_SECONDS",
+    }
+    return {key: environ[var] for key, var in names.items() if environ.get(var)}

@@ -1,0 +1,736 @@
+"""Where the gang is decided.
+
+The coordinator turns the three extender calls into all-or-nothing gang scheduling:
+
+- **filter**: a member is rejected until its gang has ``minCount`` pods (quorum gate); the first
+  member filtered after that places the *whole* gang at once (``placement.place_gang``) against
+  free capacity minus other gangs' reservations, and the gang reserves that placement. From then on
+  every member's filter answers exactly its reserved node. If the gang does not fit, nothing is
+  reserved and every member is told the exact shortfall.
+- **bind**: a reserved member's bind call is *held* until enough members to reach ``minCount``
+  are held (or already bound); then all held members are bound concurrently and every held call
+  is answered. A gang that does not reach quorum within the bind timeout is released whole and
+  backed off exponentially.
+- **cache events** release reservations when a member, node or gang object disappears.
+
+All state lives here and is only touched from the event loop, so no locks are needed: every
+method that changes state runs to completion without awaiting in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .cache import CacheEvent, ClusterCache
+from .config import Config
+from .gang_sources import gang_key_of_pod, spec_from_annotations
+from .metrics import Metrics
+from .placement import CandidateNode, Member, NoFit, Placement, fits, format_resources, place_gang
+from .records import GangSpec, PodRecord
+from .resources import Resources, add_into, pod_requests, subtract_into
+from .scoring import anchor_paths, distance_score, occupancy_score
+from .wire import host_priority_fragment
+
+log = logging.getLogger(__name__)
+
+
+class BindFailed(Exception):
+    """The apiserver refused a binding."""
+
+
+class ClusterActions(Protocol):
+    """Side effects the coordinator needs; implemented by ``kube.KubeClient``."""
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
+
+    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None: ...
+
+
+
+@dataclass(slots=True)
+class FilterDecision:
+    passing: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class HeldBind:
+    pod: PodRecord
+    node: str
+    answer: asyncio.Future[str]
+
+
+@dataclass(slots=True)
+class GangState:
+    key: str
+    first_seen: float
+    reservation: dict[str, str] = field(default_factory=dict)  # pod uid -> node (members not yet bound)
+    reserved_requests: dict[str, Resources] = field(default_factory=dict)
+    domain: tuple[str, ...] = ()
+    held: dict[str, HeldBind] = field(default_factory=dict)
+    deadline: asyncio.TimerHandle | None = None
+    backoff_until: float = 0.0
+    backoff_timer: asyncio.TimerHandle | None = None
+    failures: int = 0
+    replans: int = 0
+    last_reason: str = ""
+    nofit_version: int = -1
+    quorum_reached: bool = False
+    min_count_reserved: int = 0
+
+
+# Phases shown on /debug/gangs and in the quorum_gangs metric.
+WAITING_FOR_MEMBERS = "WaitingForMembers"
+PENDING = "Pending"
+RESERVED = "Reserved"
+BINDING = "Binding"
+BOUND = "Bound"
+BACKOFF = "Backoff"
+MISCONFIGURED = "Misconfigured"
+PHASES = (WAITING_FOR_MEMBERS, PENDING, RESERVED, BINDING, BOUND, BACKOFF, MISCONFIGURED)
+
+
+class Coordinator:
+    def __init__(
+        self,
+        config: Config,
+        cache: ClusterCache,
+        actions: ClusterActions,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.cache = cache
+        self.actions = actions
+        self.metrics = metrics
+        self.clock = clock
+        self.level_names = tuple(level.name for level in config.levels)
+        self.gangs: dict[str, GangState] = {}
+        # Capacity set aside for reserved members that are not bound yet: node -> gang -> requests.
+        self.reserved_on_node: dict[str, dict[str, Resources]] = {}
+        self.reserved_slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
+        self.reserved_uid: dict[str, str] = {}  # pod uid -> gang key
+        self.reservation_version = 0
+        # Pods bound by us that the cache has not seen bound yet: counted as used meanwhile.
+        self.inflight: dict[str, str] = {}  # pod uid -> node
+        self.inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
+        self._occupancy_epoch = -1
+        self._occupancy_fragments: dict[str, bytes] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        cache.listeners.append(self.on_cache_event)
+
+    # ------------------------------------------------------------------ helpers
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    def _state(self, key: str) -> GangState:
+        state = self.gangs.get(key)
+        if state is None:
+            state = self.gangs[key] = GangState(key, first_seen=self.clock())
+        return state
+
+    def spec_for(self, pod: Mapping[str, Any], key: str) -> GangSpec | None:
+        spec = self.cache.gang_spec(key)
+        if spec is None:
+            spec = spec_from_annotations(pod)  # a pod the watch has not delivered yet
+        return spec
+
+    def _level(self, ref: str | None) -> int | None:
+        return None if ref is None else self.config.level_index(ref)
+
+    def _free(self, node_name: str, exclude_gang: str | None) -> tuple[Resources, int] | None:
+        node = self.cache.nodes.get(node_name)
+        if node is None:
+            return None
+        free, pods_free = self.cache.free_on(node)
+        reserved = self.reserved_on_node.get(node_name)
+        if reserved:
+            slots = self.reserved_slots[node_name]
+            for gang, amount in reserved.items():
+                if gang != exclude_gang:
+                    subtract_into(free, amount)
+                    pods_free -= slots.get(gang, 0)
+        inflight = self.inflight_on_node.get(node_name)
+        if inflight:
+            for requests in inflight.values():
+                subtract_into(free, requests)
+            pods_free -= len(inflight)
+        return free, pods_free
+
+    def _mark_inflight(self, uid: str, node: str, requests: Resources) -> None:
+        record = self.cache.pods.get(uid)
+        if record is not None and record.node_name:
+            return  # the cache already counts it
+        self.inflight[uid] = node
+        self.inflight_on_node.setdefault(node, {})[uid] = requests
+
+    def _clear_inflight(self, uid: str) -> None:
+        node = self.inflight.pop(uid, None)
+        if node is not None:
+            per_node = self.inflight_on_node.get(node, {})
+            per_node.pop(uid, None)
+            if not per_node:
+                self.inflight_on_node.pop(node, None)
+
+    def _reservation(self, key: str) -> dict[str, str]:
+        state = self.gangs.get(key)
+        return state.reservation if state else {}
+
+    # ------------------------------------------------------------------ reservations
+    def _reserve(self, state: GangState, placement: Placement, members: Mapping[str, PodRecord]) -> None:
+        for uid, node in placement.assignment.items():
+            requests = members[uid].requests
+            state.reservation[uid] = node
+            state.reserved_requests[uid] = requests
+            add_into(self.reserved_on_node.setdefault(node, {}).setdefault(state.key, {}), requests)
+            slots = self.reserved_slots.setdefault(node, {})
+            slots[state.key] = slots.get(state.key, 0) + 1
+            self.reserved_uid[uid] = state.key
+        state.domain = placement.domain
+        self.reservation_version += 1
+
+    def _unreserve_member(self, state: GangState, uid: str) -> None:
+        node = state.reservation.pop(uid, None)
+        requests = state.reserved_requests.pop(uid, {})
+        self.reserved_uid.pop(uid, None)
+        if node is None:
+            return
+        self.reservation_version += 1
+        slots = self.reserved_slots.get(node, {})
+        left = slots.get(state.key, 0) - 1
+        per_gang = self.reserved_on_node.get(node, {})
+        if left > 0:
+            slots[state.key] = left
+            subtract_into(per_gang.setdefault(state.key, {}), requests)
+        else:
+            slots.pop(state.key, None)
+            per_gang.pop(state.key, None)
+        if not slots:
+            self.reserved_slots.pop(node, None)
+            self.reserved_on_node.pop(node, None)
+
+    def _release(self, state: GangState, reason: str, metric_reason: str) -> None:
+        """Drop the whole reservation and answer every held bind with an error."""
+        freed = bool(state.reservation)
+        if state.reservation or state.held:
+            self.metrics.reservation_releases.labels(metric_reason).inc()
+        for uid in list(state.reservation):
+            self._unreserve_member(state, uid)
+        for held in state.held.values():
+            if not held.answer.done():
+                held.answer.set_result(reason)
+        state.held.clear()
+        if state.deadline is not None:
+            state.deadline.cancel()
+            state.deadline = None
+        state.domain = ()
+        state.min_count_reserved = 0
+        state.last_reason = reason
+        if freed:
+            self._requeue_waiting_for_capacity(exclude=state.key)
+
+    def _requeue_waiting_for_capacity(self, exclude: str) -> None:
+        """Capacity came back without a cluster event: wake gangs that did not fit."""
+        for key, other in self.gangs.items():
+            if key != exclude and other.nofit_version != -1 and not other.reservation:
+                self._requeue(key, [p for p in self.cache.members(key) if p.pending], "capacity released")
+
+    def _back_off(self, state: GangState, reason: str) -> None:
+        state.failures += 1
+        timings = self.config.gang
+        delay = min(timings.backoff_base_seconds * 2 ** (state.failures - 1), timings.backoff_max_seconds)
+        state.backoff_until = self.clock() + delay
+        state.last_reason = f"{reason}; backing off {delay:g}s"
+        self.metrics.backoffs.inc()
+        if state.backoff_timer is not None:
+            state.backoff_timer.cancel()
+        state.backoff_timer = self._loop().call_later(delay, self._backoff_over, state.key)
+        log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
+
+    def _backoff_over(self, key: str) -> None:
+        state = self.gangs.get(key)
+        if state is None:
+            return
+        state.backoff_timer = None
+        state.backoff_until = 0.0
+        self._requeue(key, [p for p in self.cache.members(key) if p.pending], "backoff over")
+
+    def _requeue(self, key: str, pods: list[PodRecord], reason: str) -> None:
+        """Nudge kube-scheduler to retry members now: our state changed without a cluster event."""
+        if pods:
+            self._spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}"))
+
+    # ------------------------------------------------------------------ filter
+    def filter(self, pod: dict[str, Any], candidates: list[str]) -> FilterDecision:
+        key = gang_key_of_pod(pod)
+        if key is None:
+            return self._filter_outside_gang(pod, candidates, own_gang=None)
+        spec = self.spec_for(pod, key)
+        if spec is None:
+            return _reject_all(candidates, f"gang {key}: waiting for its PodGroup to exist")
+        if spec.min_count < 1:
+            return _reject_all(candidates, f"gang {key}: invalid min count {spec.min_count} ({spec.source})")
+        if not spec.is_gang:
+            return self._filter_outside_gang(pod, candidates, own_gang=key)
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        state = self._state(key)
+
+        members = self.cache.members(key)
+        bound = [m for m in members if m.holds_capacity]
+        if state.quorum_reached and not bound and not state.held and not state.reservation:
+            state.quorum_reached = False  # the previous run finished; this is a new attempt
+        if len(bound) >= spec.min_count or (state.quorum_reached and uid not in state.reservation):
+            # Quorum is already running: extra members schedule normally, away from reservations.
+            return self._filter_outside_gang(pod, candidates, own_gang=key)
+
+        if uid in state.reservation:
+            node = state.reservation[uid]
+            if node in candidates:
+                return FilterDecision([node])
+            return self._replan(state, spec, pod, candidates, node)
+
+        now = self.clock()
+        if state.backoff_until > now:
+            wait = state.backoff_until - now
+            return _reject_all(candidates, f"gang {key}: {state.last_reason} ({wait:.0f}s left)")
+
+        alive = [m for m in members if not m.terminal and not m.deleting]
+        if len(alive) < spec.min_count:
+            missing = spec.min_count - len(alive)
+            return _reject_all(
+                candidates,
+                f"gang {key}: {len(alive)}/{spec.min_count} pods exist, waiting for {missing}",
+            )
+        if state.reservation:
+            # Reservation exists but this member is not in it (it appeared afterwards, before quorum):
+            # wait for the reserved members; it becomes an extra once they are bound.
+            return _reject_all(
+                candidates, f"gang {key}: reserved for other members, waiting for them to bind"
+            )
+        if state.nofit_version == self._fit_version() and state.last_reason:
+            return _reject_all(candidates, state.last_reason)
+        return self._place(state, spec, pod, candidates, members, bound)
+
+    def _fit_version(self) -> int:
+        """Changes whenever capacity or reservations change; a cached no-fit is valid until then."""
+        return self.cache.version * 1_000_003 + self.reservation_version
+
+    def _candidates(self, names: Iterable[str], exclude_gang: str,
+                    within: tuple[int, str] | None) -> list[CandidateNode]:
+        out: list[CandidateNode] = []
+        nodes = self.cache.nodes
+        for name in names:
+            node = nodes.get(name)
+            if node is None:
+                continue
+            if within is not None and node.paths[within[0]] != within[1]:
+                continue
+            free = self._free(name, exclude_gang)
+            if free is None:
+                continue
+            out.append(CandidateNode(name, node.domains, free[0], free[1]))
+        return out
+
+    def _place(
+        self,
+        state: GangState,
+        spec: GangSpec,
+        pod: dict[str, Any],
+        candidates: list[str],
+        members: list[PodRecord],
+        bound: list[PodRecord],
+    ) -> FilterDecision:
+        uid = (pod.get("metadata") or {}).get("uid", "")
+        pending = {m.uid: m for m in members if m.pending}
+        if uid not in pending:
+            # The cache has not seen this pod yet; place it from the request itself.
+            meta = pod.get("metadata") or {}
+            pending[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), "",
+                                     pod_requests(pod.get("spec") or {}), False, False, state.key)
+        required = self._level(spec.required_topology)
+        preferred = self._level(spec.preferred_topology)
+        if spec.required_topology and required is None:
+            return _reject_all(
+                candidates,
+                f"gang {state.key}: required topology {spec.required_topology!r} is not a configured level "
+                f"({', '.join(self.level_names)})",
+            )
+        within: tuple[int, str] | None = None
+        if required is not None and bound:
+            # Members already running pin the domain the rest must join.
+            first = self.cache.nodes.get(bound[0].node_name)
+            if first is not None and first.paths[required]:
+                within = (required, first.paths[required])
+        nodes = self._candidates(candidates, state.key, within)
+        needed = spec.min_count - len(bound)
+        ordered = sorted(pending.values(), key=lambda m: (m.uid != uid, m.name))
+        attempts = [ordered]
+        if len(ordered) > needed:
+            attempts.append(ordered[:needed])
+        result: Placement | NoFit = NoFit("no members to place")
+        for group in attempts:
+            result = place_gang(
+                nodes, [Member(m.uid, m.requests) for m in group], self.level_names, required, preferred
+            )
+            if isinstance(result, Placement):
+                break
+        if isinstance(result, NoFit):
+            self.metrics.placements.labels("nofit").inc()
+            reason = f"gang {state.key} {result.reason}"
+            state.last_reason = reason
+            state.nofit_version = self._fit_version()
+            return _reject_all(candidates, reason)
+
+        self.metrics.placements.labels("fit").inc()
+        self._reserve(state, result, pending)
+        state.min_count_reserved = needed
+        state.last_reason = ""
+        state.nofit_version = -1
+        state.deadline = self._loop().call_later(
+            self.config.gang.bind_timeout_seconds, self._deadline_passed, state.key
+        )
+        log.info(
+            "gang reserved",
+            extra={"gang": state.key, "members": len(result.assignment), "domain": "/".join(result.domain)},
+        )
+        others = [pending[u] for u in result.assignment if u != uid and u in self.cache.pods]
+        self._requeue(state.key, others, "placement reserved")
+        return FilterDecision([result.assignment[uid]])
+
+    def _replan(self, state: GangState, spec: GangSpec, pod: dict[str, Any], candidates: list[str],
+                node: str) -> FilterDecision:
+        """kube-scheduler's own filters no longer accept the reserved node: place the gang again."""
+        state.replans += 1
+        reason = f"gang {state.key}: reserved node {node} no longer passes the scheduler's filters"
+        self._release(state, reason, "replan")
+        if state.replans > self.config.gang.max_replans:
+            state.replans = 0
+            self._back_off(state, f"{reason} after {self.config.gang.max_replans} re-plans")
+            return _reject_all(candidates, f"gang {state.key}: {state.last_reason}")
+        members = self.cache.members(state.key)
+        return self._place(state, spec, pod, candidates, members, [m for m in members if m.holds_capacity])
+
+    def _filter_outside_gang(self, pod: dict[str, Any], candidates: list[str],
+                             own_gang: str | None) -> FilterDecision:
+        """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
+        if not self.reserved_on_node:
+            return FilterDecision(candidates)
+        requests = pod_requests(pod.get("spec") or {})
+        passing: list[str] = []
+        unresolvable: dict[str, str] = {}
+        reserved = self.reserved_on_node
+        for name in candidates:
+            gangs = reserved.get(name)
+            if gangs is None or (own_gang is not None and list(gangs) == [own_gang]):
+                passing.append(name)
+                continue
+            free = self._free(name, None)
+            if free is not None and fits(free[0], free[1], requests):
+                passing.append(name)
+            else:
+                holders = ", ".join(sorted(gangs))
+                unresolvable[name] = f"capacity reserved for gang {holders}"
+        return FilterDecision(passing, {}, unresolvable)
+
+    # ------------------------------------------------------------------ prioritize
+    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> list[bytes]:
+        key = gang_key_of_pod(pod)
+        if key is not None:
+            nodes = self._gang_nodes(key)
+            if nodes:
+                anchors = anchor_paths([n.paths for n in nodes])
+                return [
+                    host_priority_fragment(name, distance_score(self._paths(name), anchors))
+                    for name in candidates
+                ]
+        return self._occupancy_fragments_for(candidates)
+
+    def _paths(self, name: str) -> tuple[str, ...]:
+        node = self.cache.nodes.get(name)
+        return node.paths if node is not None else ()
+
+    def _gang_nodes(self, key: str) -> list[Any]:
+        names = {m.node_name for m in self.cache.members(key) if m.holds_capacity}
+        names.update(self._reservation(key).values())
+        return [self.cache.nodes[n] for n in names if n in self.cache.nodes]
+
+    def _occupancy_fragments_for(self, candidates: list[str]) -> list[bytes]:
+        if self._occupancy_epoch != self.cache.occupancy_epoch:
+            self._occupancy_fragments = {}
+            self._occupancy_epoch = self.cache.occupancy_epoch
+        cached = self._occupancy_fragments
+        out: list[bytes] = []
+        for name in candidates:
+            fragment = cached.get(name)
+            if fragment is None:
+                score = occupancy_score(self._paths(name), self.cache.domain_pods)
+                fragment = cached[name] = host_priority_fragment(name, score)
+            out.append(fragment)
+        return out
+
+    # ------------------------------------------------------------------ bind
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Answer one bind call: "" on success, else the error text for kube-scheduler."""
+        record = self.cache.pods.get(uid) if uid else None
+        if record is not None and record.node_name:
+            if record.node_name == node:
+                self.metrics.binds.labels("already_bound").inc()
+                return ""
+            self.metrics.binds.labels("error").inc()
+            return f"pod {namespace}/{name} is already bound to {record.node_name}"
+        gang_key = self.reserved_uid.get(uid)
+        if gang_key is None:
+            return await self._bind_now(namespace, name, uid, node, record)
+        state = self.gangs[gang_key]
+        reserved_node = state.reservation.get(uid)
+        if reserved_node != node:
+            self.metrics.binds.labels("error").inc()
+            return f"gang {gang_key}: pod {namespace}/{name} is reserved on {reserved_node}, not {node}"
+        pod = record or PodRecord(uid, namespace, name, "", state.reserved_requests.get(uid, {}), False,
+                                  False, gang_key)
+        answer: asyncio.Future[str] = self._loop().create_future()
+        previous = state.held.get(uid)
+        if previous is not None and not previous.answer.done():
+            previous.answer.set_result("superseded by a newer bind call for the same pod")
+        state.held[uid] = HeldBind(pod, node, answer)
+        self._maybe_release_quorum(state)
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            # kube-scheduler gave up on this call (HTTP timeout); it no longer waits for the pod.
+            if state.held.get(uid) is not None and state.held[uid].answer is answer:
+                del state.held[uid]
+            raise
+
+    async def _bind_now(self, namespace: str, name: str, uid: str, node: str,
+                        record: PodRecord | None) -> str:
+        requests = record.requests if record is not None else {}
+        self._mark_inflight(uid, node, requests)
+        try:
+            await self.actions.bind_pod(namespace, name, uid, node)
+        except BindFailed as exc:
+            self._clear_inflight(uid)
+            self.metrics.binds.labels("error").inc()
+            return str(exc)
+        except asyncio.CancelledError:
+            self._clear_inflight(uid)
+            raise
+        self.metrics.binds.labels("success").inc()
+        return ""
+
+    def _maybe_release_quorum(self, state: GangState) -> None:
+        spec = self.cache.gang_spec(state.key)
+        min_count = spec.min_count if spec is not None else state.min_count_reserved
+        bound = sum(1 for m in self.cache.members(state.key) if m.holds_capacity)
+        if len(state.held) + bound < min_count:
+            return
+        state.quorum_reached = True
+        if state.deadline is not None:
+            state.deadline.cancel()
+            state.deadline = None
+        held = list(state.held.values())
+        state.held.clear()
+        self.metrics.gang_wait.observe(max(0.0, self.clock() - state.first_seen))
+        log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": bound})
+        self._spawn(self._bind_all(state, held))
+
+    async def _bind_all(self, state: GangState, held: list[HeldBind]) -> None:
+        results = await asyncio.gather(
+            *(self.actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in held),
+            return_exceptions=True,
+        )
+        for h, result in zip(held, results, strict=True):
+            if isinstance(result, BaseException):
+                self.metrics.binds.labels("error").inc()
+                message = str(result) or type(result).__name__
+                log.warning("gang member bind failed", extra={"gang": state.key, "pod": h.pod.key,
+                                                                "error": message})
+                if not h.answer.done():
+                    h.answer.set_result(message)
+            else:
+                self.metrics.binds.labels("success").inc()
+                # The cache will see the binding shortly; release the reservation now so the
+                # capacity is not counted twice in between.
+                self._unreserve_member(state, h.pod.uid)
+                self._mark_inflight(h.pod.uid, h.node, h.pod.requests)
+                if not h.answer.done():
+                    h.answer.set_result("")
+
+    def _deadline_passed(self, key: str) -> None:
+        state = self.gangs.get(key)
+        if state is None:
+            return
+        state.deadline = None
+        if state.quorum_reached:
+            return
+        spec = self.cache.gang_spec(key)
+        min_count = spec.min_count if spec is not None else state.min_count_reserved
+        bound = sum(1 for m in self.cache.members(key) if m.holds_capacity)
+        reason = (
+            f"gang {key}: quorum not reached within {self.config.gang.bind_timeout_seconds:g}s "
+            f"({len(state.held) + bound}/{min_count} members reached bind)"
+        )
+        self.metrics.reservation_timeouts.inc()
+        self._release(state, reason, "timeout")
+        self._back_off(state, reason)
+
+    # ------------------------------------------------------------------ preempt
+    def preempt(self, pod: dict[str, Any], victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Pass the scheduler's victims through, minus nodes whose eviction would break a gang
+        running at exactly its quorum (evicting one member would strand the rest)."""
+        out: dict[str, dict[str, Any]] = {}
+        for node, entry in victims.items():
+            uids = [p.get("UID", "") for p in entry.get("Pods", [])]
+            if not uids or any(self._breaks_gang(uid) for uid in uids):
+                continue
+            out[node] = entry
+        return out
+
+    def _breaks_gang(self, uid: str) -> bool:
+        record = self.cache.pods.get(uid)
+        if record is None or record.gang_key is None:
+            return False
+        spec = self.cache.gang_spec(record.gang_key)
+        if spec is None or not spec.is_gang:
+            return False
+        running = sum(1 for m in self.cache.members(record.gang_key) if m.holds_capacity)
+        return running <= spec.min_count
+
+    # ------------------------------------------------------------------ cache events
+    def on_cache_event(self, event: CacheEvent) -> None:
+        if event.kind == "pod-bound":
+            self._clear_inflight(event.key)
+            key = self.reserved_uid.get(event.key)
+            if key is not None:
+                self._unreserve_member(self.gangs[key], event.key)
+            if event.pod is not None and event.pod.gang_key:
+                self._check_bound(event.pod.gang_key)
+        elif event.kind == "pod-removed":
+            self._clear_inflight(event.key)
+            key = self.reserved_uid.get(event.key)
+            if key is not None:
+                state = self.gangs[key]
+                if not state.quorum_reached:
+                    pod = event.pod.key if event.pod else event.key
+                    self._release(state, f"gang {key}: member {pod} was deleted", "member-deleted")
+                else:
+                    self._unreserve_member(state, event.key)
+            if event.pod is not None and event.pod.gang_key:
+                self._forget_if_empty(event.pod.gang_key)
+        elif event.kind == "node-removed":
+            for key in {k for k in self.reserved_on_node.get(event.key, {})}:
+                self._release(self.gangs[key], f"gang {key}: reserved node {event.key} was deleted",
+                              "node-deleted")
+        elif event.kind == "gang-removed":
+            removed = self.gangs.get(event.key)
+            if removed is not None:
+                self._release(removed, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
+                self._forget_if_empty(event.key)
+        elif event.kind == "gang-changed":
+            changed = self.gangs.get(event.key)
+            spec = self.cache.gang_spec(event.key)
+            if changed is not None and spec is not None and changed.reservation and not changed.quorum_reached:
+                bound = sum(1 for m in self.cache.members(event.key) if m.holds_capacity)
+                needed = spec.min_count - bound
+                if needed > len(changed.reservation) + len(changed.held):
+                    self._release(changed, f"gang {event.key}: min count raised to {spec.min_count}",
+                                  "gang-changed")
+
+    def _check_bound(self, key: str) -> None:
+        state = self.gangs.get(key)
+        spec = self.cache.gang_spec(key)
+        if state is None or spec is None:
+            return
+        bound = sum(1 for m in self.cache.members(key) if m.holds_capacity)
+        if bound >= spec.min_count:
+            state.failures = 0
+            state.replans = 0
+            state.quorum_reached = True
+            if state.deadline is not None:
+                state.deadline.cancel()
+                state.deadline = None
+
+    def _forget_if_empty(self, key: str) -> None:
+        state = self.gangs.get(key)
+        if state is None or self.cache.gang_members.get(key) or self.cache.podgroup_specs.get(key):
+            return
+        self._release(state, "gang gone", "gang-deleted")
+        if state.backoff_timer is not None:
+            state.backoff_timer.cancel()
+        del self.gangs[key]
+
+    # ------------------------------------------------------------------ introspection
+    def phase(self, state: GangState) -> str:
+        spec = self.cache.gang_spec(state.key)
+        members = self.cache.members(state.key)
+        if spec is None or spec.min_count < 1:
+            return MISCONFIGURED if spec is not None else WAITING_FOR_MEMBERS
+        bound = sum(1 for m in members if m.holds_capacity)
+        if bound >= spec.min_count:
+            return BOUND
+        if state.held:
+            return BINDING
+        if state.reservation:
+            return RESERVED
+        if state.backoff_until > self.clock():
+            return BACKOFF
+        alive = sum(1 for m in members if not m.terminal and not m.deleting)
+        if alive < spec.min_count:
+            return WAITING_FOR_MEMBERS
+        return PENDING
+
+    def phase_counts(self) -> dict[str, int]:
+        counts = dict.fromkeys(PHASES, 0)
+        for state in self.gangs.values():
+            counts[self.phase(state)] += 1
+        return counts
+
+    def reserved_count(self) -> dict[str, int]:
+        return {"": len(self.reserved_uid)}
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Read-only view for /debug/gangs."""
+        out = []
+        now = self.clock()
+        for key, state in sorted(self.gangs.items()):
+            spec = self.cache.gang_spec(key)
+            members = self.cache.members(key)
+            out.append(
+                {
+                    "gang": key,
+                    "phase": self.phase(state),
+                    "source": spec.source if spec else None,
+                    "minCount": spec.min_count if spec else None,
+                    "requiredTopology": spec.required_topology if spec else None,
+                    "preferredTopology": spec.preferred_topology if spec else None,
+                    "members": len(members),
+                    "bound": sorted(f"{m.name}@{m.node_name}" for m in members if m.holds_capacity),
+                    "reservation": {
+                        self.cache.pods[u].name if u in self.cache.pods else u: n
+                        for u, n in sorted(state.reservation.items())
+                    },
+                    "domain": "/".join(state.domain),
+                    "held": sorted(h.pod.name for h in state.held.values()),
+                    "backoffSeconds": round(max(0.0, state.backoff_until - now), 1),
+                    "failures": state.failures,
+                    "reason": state.last_reason,
+                    "requests": format_resources(next(iter(state.reserved_requests.values()), {})),
+                }
+            )
+        return out
+
+
+def _reject_all(candidates: list[str], reason: str) -> FilterDecision:
+    """Gang rejections are unresolvable: evicting single pods cannot make a gang fit."""
+    return FilterDecision([], {}, dict.fromkeys(candidates, reason))

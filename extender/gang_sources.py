@@ -1,0 +1,86 @@
+"""Adapters from each way of declaring a gang to one internal ``GangSpec``.
+
+Each source is a pair of small functions: which gang a pod belongs to, and what that gang asks
+for. Adding another convention (an older Workload API, a coscheduling PodGroup CRD) means adding
+one more pair here; nothing downstream changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .config import ANNOTATION_PREFIX
+from .records import GangSpec
+
+ANNOTATION_GANG = ANNOTATION_PREFIX + "gang"
+ANNOTATION_MIN_COUNT = ANNOTATION_PREFIX + "min-count"
+ANNOTATION_REQUIRED = ANNOTATION_PREFIX + "required-topology"
+ANNOTATION_PREFERRED = ANNOTATION_PREFIX + "preferred-topology"
+ANNOTATION_REQUEUE = ANNOTATION_PREFIX + "requeue"
+
+SOURCE_PODGROUP = "scheduling.k8s.io/v1beta1 PodGroup"
+SOURCE_ANNOTATION = "annotations"
+
+
+def gang_key_of_pod(pod: Mapping[str, Any]) -> str | None:
+    """The gang a pod belongs to, as "namespace/name", or None for a pod outside any gang."""
+    meta = pod.get("metadata") or {}
+    namespace = meta.get("namespace", "")
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    if group:
+        return f"{namespace}/{group}"
+    name = (meta.get("annotations") or {}).get(ANNOTATION_GANG)
+    if name:
+        return f"{namespace}/{name}"
+    return None
+
+
+def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
+    """Gang spec carried by a pod's annotations (the CRD-free form); None if absent or invalid.
+
+    An invalid min-count is not guessed at: the gang is reported as misconfigured by the caller.
+    """
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    name = annotations.get(ANNOTATION_GANG)
+    if not name:
+        return None
+    raw_min = annotations.get(ANNOTATION_MIN_COUNT, "")
+    try:
+        min_count = int(raw_min)
+    except ValueError:
+        min_count = 0
+    return GangSpec(
+        key=f"{meta.get('namespace', '')}/{name}",
+        min_count=min_count,
+        required_topology=annotations.get(ANNOTATION_REQUIRED) or None,
+        preferred_topology=annotations.get(ANNOTATION_PREFERRED) or None,
+        priority=int(((pod.get("spec") or {}).get("priority")) or 0),
+        created=str(meta.get("creationTimestamp") or ""),
+        source=SOURCE_ANNOTATION,
+    )
+
+
+def spec_from_podgroup(obj: Mapping[str, Any]) -> GangSpec:
+    """Gang spec from a ``scheduling.k8s.io/v1beta1`` PodGroup (Kubernetes 1.37)."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    policy = spec.get("schedulingPolicy") or {}
+    gang = policy.get("gang")
+    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    required = topology[0].get("key") if topology and isinstance(topology[0], Mapping) else None
+    return GangSpec(
+        key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+        min_count=int(gang.get("minCount") or 0) if isinstance(gang, Mapping) else 1,
+        is_gang=isinstance(gang, Mapping),
+        required_topology=required or None,
+        priority=int(spec.get("priority") or 0),
+        created=str(meta.get("creationTimestamp") or ""),
+        source=SOURCE_PODGROUP,
+    )
+
+
+def podgroup_key(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"

@@ -1,0 +1,216 @@
+"""The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges.
+
+It uses aiohttp on the server's own event loop (the official client is synchronous and would
+block it); the ``kubernetes`` package is used only to load credentials from a kubeconfig or the
+in-cluster service account, exactly as kubectl would resolve them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+from .coordinator import BindFailed
+from .gang_sources import ANNOTATION_REQUEUE
+from .records import PodRecord
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status = status
+
+
+class Gone(ApiError):
+    """410: the resourceVersion is too old; the informer must relist."""
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    host: str
+    ssl_context: ssl.SSLContext | bool
+    headers: dict[str, str]
+
+
+def load_credentials(kubeconfig: str) -> Credentials:
+    """Resolve the API endpoint and auth (blocking file reads: call before serving or in a thread)."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(  # type: ignore[no-untyped-call]
+            client_configuration=configuration
+        )
+    headers = {"Accept": "application/json", "User-Agent": "quorum-extender"}
+    token = configuration.api_key.get("authorization") or configuration.api_key.get("BearerToken")
+    if token:
+        prefix = configuration.api_key_prefix.get("authorization", "")
+        headers["Authorization"] = token if token.startswith("Bearer ") else f"{prefix or 'Bearer'} {token}"
+    context: ssl.SSLContext | bool = False
+    if configuration.host.startswith("https"):
+        if configuration.verify_ssl:
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+        else:
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if configuration.cert_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    return Credentials(configuration.host.rstrip("/"), context, headers)
+
+
+class KubeClient:
+    def __init__(self, credentials: Credentials, qps_burst: int = 200) -> None:
+        self.credentials = credentials
+        self._session: aiohttp.ClientSession | None = None
+        self._requeue_limit = asyncio.Semaphore(qps_burst)
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context, limit=200)
+            self._session = aiohttp.ClientSession(
+                base_url=None, connector=connector, headers=self.credentials.headers,
+                json_serialize=lambda o: orjson.dumps(o).decode(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _url(self, path: str) -> str:
+        return self.credentials.host + path
+
+    # ---------------------------------------------------------------- list / watch
+    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        """List every object (paged), returning items and the list's resourceVersion."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, str] = {"limit": "500"}
+        while True:
+            async with self.session.get(self._url(path), params=params) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise _error(resp.status, body)
+            doc = orjson.loads(body)
+            items.extend(doc.get("items") or [])
+            meta = doc.get("metadata") or {}
+            if not meta.get("continue"):
+                return items, str(meta.get("resourceVersion", ""))
+            params = {"limit": "500", "continue": meta["continue"]}
+
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300
+                    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield watch events; raises Gone on 410 so the caller relists."""
+        params = {
+            "watch": "true",
+            "resourceVersion": resource_version,
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
+        async with self.session.get(self._url(path), params=params, timeout=timeout) as resp:
+            if resp.status != 200:
+                raise _error(resp.status, await resp.read())
+            while True:
+                line = await resp.content.readline()
+                if not line:
+                    return
+                if not line.strip():
+                    continue
+                event = orjson.loads(line)
+                if event.get("type") == "ERROR":
+                    status = event.get("object") or {}
+                    code = int(status.get("code") or 500)
+                    raise _error(code, orjson.dumps(status))
+                yield event
+
+    # ---------------------------------------------------------------- side effects
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pods/binding subresource; already bound to the same node counts as success."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        if uid:
+            body["metadata"]["uid"] = uid
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
+        try:
+            async with self.session.post(self._url(path), data=orjson.dumps(body),
+                                         headers={"Content-Type": "application/json"}) as resp:
+                if resp.status in (200, 201):
+                    return
+                text = await resp.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+        if resp.status == 409:
+            # Bound already (a retried call after a late answer): success only if to this node.
+            current = await self._get_pod(namespace, name)
+            if current is not None and (current.get("spec") or {}).get("nodeName") == node:
+                return
+        raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_message(resp.status, text)}")
+
+    async def _get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        async with self.session.get(self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
+            if resp.status != 200:
+                return None
+            result: dict[str, Any] = orjson.loads(await resp.read())
+            return result
+
+    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
+        """Touch an annotation on each pending pod so kube-scheduler re-queues it now.
+
+        The scheduler only retries unschedulable pods on cluster events; a reservation being made or
+        a backoff ending is invisible to it, so a pod update is the event we give it.
+        """
+        stamp = f"{time.time():.3f}"
+        patch = orjson.dumps({"metadata": {"annotations": {ANNOTATION_REQUEUE: stamp}}})
+
+        async def one(pod: PodRecord) -> None:
+            async with self._requeue_limit:
+                path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
+                try:
+                    async with self.session.patch(
+                        self._url(path), data=patch,
+                        headers={"Content-Type": "application/merge-patch+json"},
+                    ) as resp:
+                        if resp.status != 200:
+                            log.debug("requeue patch failed", extra={"pod": pod.key, "status": resp.status})
+                except aiohttp.ClientError as exc:
+                    log.debug("requeue patch failed", extra={"pod": pod.key, "error": str(exc)})
+
+        log.debug("requeue", extra={"pods": len(pods), "reason": reason})
+        await asyncio.gather(*(one(p) for p in pods))
+
+
+def _message(status: int, body: bytes) -> str:
+    try:
+        doc = orjson.loads(body)
+        if isinstance(doc, dict) and doc.get("message"):
+            return f"HTTP {status}: {doc['message']}"
+    except orjson.JSONDecodeError:
+        pass
+    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+def _error(status: int, body: bytes) -> ApiError:
+    message = _message(status, body)
+    if status == 410:
+        return Gone(status, message)
+    return ApiError(status, message)

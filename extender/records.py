@@ -1,0 +1,114 @@
+"""Compact records kept in the cache instead of full API objects.
+
+A 50,000-pod cache of full objects costs gigabytes; these records hold only what placement,
+quorum and scoring read, already converted to integers and tuples.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .resources import PODS, Resources, parse_resource_list, pod_requests
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    name: str
+    domains: tuple[str, ...]  # one value per topology level, highest first; "" when unlabelled
+    allocatable: Resources
+    pods_allocatable: int
+    # Interned string key of the domain at each depth ("b0", "b0/b0-r1", ...); "" where a label is
+    # missing. Strings cache their hash, which keeps per-node lookups on the request path cheap.
+    paths: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    node_name: str
+    requests: Resources
+    terminal: bool
+    deleting: bool
+    gang_key: str | None
+    scheduler_name: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def holds_capacity(self) -> bool:
+        """Bound pods count against their node until they reach a terminal phase."""
+        return bool(self.node_name) and not self.terminal
+
+    @property
+    def pending(self) -> bool:
+        """Waiting for a node: neither bound, finished nor being deleted."""
+        return not self.node_name and not self.terminal and not self.deleting
+
+
+@dataclass(frozen=True, slots=True)
+class GangSpec:
+    """One gang, whatever API declared it."""
+
+    key: str  # "namespace/name"
+    min_count: int
+    is_gang: bool = True  # False for a PodGroup with the basic policy
+    required_topology: str | None = None  # level name or node label key
+    preferred_topology: str | None = None
+    priority: int = 0
+    created: str = ""
+    source: str = "annotation"
+
+
+@dataclass(slots=True)
+class GangMembers:
+    uids: set[str] = field(default_factory=set)
+
+
+def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    status = obj.get("status") or {}
+    allocatable = parse_resource_list(status.get("allocatable"))
+    pods = allocatable.pop(PODS, 110)
+    domains = tuple(str(labels.get(label, "")) for label in level_labels)
+    return NodeRecord(
+        name=meta.get("name", ""),
+        domains=domains,
+        allocatable=allocatable,
+        pods_allocatable=pods,
+        paths=domain_paths(domains),
+    )
+
+
+def domain_paths(domains: tuple[str, ...]) -> tuple[str, ...]:
+    """Key of each enclosing domain, highest first; a level without a label has no domain ("")."""
+    paths: list[str] = []
+    prefix = ""
+    for depth, value in enumerate(domains):
+        prefix = f"{prefix}/{value}" if depth else value
+        paths.append(sys.intern(f"{depth}:{prefix}") if value else "")
+    return tuple(paths)
+
+
+def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    phase = status.get("phase", "")
+    return PodRecord(
+        uid=meta.get("uid", ""),
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node_name=spec.get("nodeName") or "",
+        requests=pod_requests(spec),
+        terminal=phase in ("Succeeded", "Failed"),
+        deleting=bool(meta.get("deletionTimestamp")),
+        gang_key=gang_key,
+        scheduler_name=spec.get("schedulerName") or "",
+    )

@@ -1,0 +1,147 @@
+"""aiohttp application: routes, error middleware and request metrics.
+
+Handlers are thin: decode the wire format, ask the coordinator, encode the answer. Every failure
+to decode becomes HTTP 400 with a JSON ``{"error": ...}`` body; nothing a client sends can crash
+the server or produce a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from . import wire
+from .cache import ClusterCache
+from .coordinator import Coordinator
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+COORDINATOR = web.AppKey("coordinator", Coordinator)
+CACHE = web.AppKey("cache", ClusterCache)
+METRICS = web.AppKey("metrics", Metrics)
+ReadyCheck = Callable[[], bool]
+READY: web.AppKey[ReadyCheck] = web.AppKey("ready")
+
+_VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind", "/preempt": "preempt"}
+
+
+def _json(body: bytes, status: int = 200) -> web.Response:
+    return web.Response(body=body, status=status, content_type="application/json")
+
+
+@web.middleware
+async def errors_and_metrics(request: web.Request, handler: Handler) -> web.StreamResponse:
+    verb = _VERBS.get(request.path)
+    started = time.perf_counter()
+    outcome = "error"
+    try:
+        response = await handler(request)
+        outcome = response.headers.get("X-Quorum-Outcome", "ok") if verb else "ok"
+        return response
+    except wire.WireError as exc:
+        outcome = "bad_request"
+        return _json(wire.error_body(str(exc)), status=400)
+    except web.HTTPRequestEntityTooLarge as exc:
+        outcome = "bad_request"
+        return _json(wire.error_body(f"request body too large: {exc.text}"), status=400)
+    except web.HTTPException as exc:
+        outcome = "bad_request"
+        return _json(wire.error_body(exc.reason), status=exc.status)
+    except Exception:
+        log.exception("unexpected error", extra={"path": request.path})
+        return _json(wire.error_body("internal error; see the extender's log"), status=500)
+    finally:
+        if verb:
+            request.app[METRICS].request_duration.labels(verb, outcome).observe(time.perf_counter() - started)
+
+
+async def _body(request: web.Request) -> bytes:
+    return await request.read()
+
+
+async def handle_filter(request: web.Request) -> web.Response:
+    args = wire.parse_extender_args(await _body(request))
+    decision = request.app[COORDINATOR].filter(args.pod, args.candidate_names)
+    body = wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable)
+    response = _json(body)
+    response.headers["X-Quorum-Outcome"] = "pass" if decision.passing else "reject"
+    return response
+
+
+async def handle_prioritize(request: web.Request) -> web.Response:
+    args = wire.parse_extender_args(await _body(request))
+    fragments = request.app[COORDINATOR].prioritize(args.pod, args.candidate_names)
+    return _json(wire.host_priority_list(fragments))
+
+
+async def handle_bind(request: web.Request) -> web.Response:
+    args = wire.parse_binding_args(await _body(request))
+    error = await request.app[COORDINATOR].bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+    response = _json(wire.binding_result(error))
+    response.headers["X-Quorum-Outcome"] = "error" if error else "ok"
+    return response
+
+
+async def handle_preempt(request: web.Request) -> web.Response:
+    args = wire.parse_preemption_args(await _body(request))
+    victims = request.app[COORDINATOR].preempt(args.pod, args.victims)
+    return _json(wire.preemption_result(victims))
+
+
+async def handle_healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    if request.app[READY]():
+        return web.Response(text="ok")
+    synced = request.app[CACHE].synced
+    waiting = ", ".join(kind for kind, done in synced.items() if not done)
+    return web.Response(text=f"caches not synced: {waiting}", status=503)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_debug_gangs(request: web.Request) -> web.Response:
+    coordinator = request.app[COORDINATOR]
+    doc = {
+        "gangs": coordinator.snapshot(),
+        "reservedPods": len(coordinator.reserved_uid),
+        "reservedNodes": sorted(coordinator.reserved_on_node),
+        "cache": request.app[CACHE].counts(),
+    }
+    return _json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
+
+
+def build_app(
+    coordinator: Coordinator,
+    cache: ClusterCache,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    max_request_bytes: int,
+) -> web.Application:
+    app = web.Application(middlewares=[errors_and_metrics], client_max_size=max_request_bytes)
+    app[COORDINATOR] = coordinator
+    app[CACHE] = cache
+    app[METRICS] = metrics
+    app[READY] = ready
+    app.router.add_post("/filter", handle_filter)
+    app.router.add_post("/prioritize", handle_prioritize)
+    app.router.add_post("/bind", handle_bind)
+    app.router.add_post("/preempt", handle_preempt)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/debug/gangs", handle_debug_gangs)
+    return app

@@ -1,0 +1,201 @@
+"""kube-scheduler extender wire format (k8s.io/kube-scheduler/extender/v1).
+
+The Go structs carry no json tags, so keys arrive capitalised and unset fields arrive as ``null``;
+embedded Kubernetes objects keep their usual lowerCamel keys. Parsing is strict about shape (a
+malformed request is answered with HTTP 400 by the server) and lenient about extra keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+
+class WireError(ValueError):
+    """A request that does not match the extender protocol; answered with HTTP 400."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """Filter / prioritize input. Exactly one of node_names / nodes is set."""
+
+    pod: dict[str, Any]
+    node_names: list[str] | None  # nodeCacheCapable: true
+    nodes: list[dict[str, Any]] | None  # nodeCacheCapable: false (full Node objects)
+
+    @property
+    def candidate_names(self) -> list[str]:
+        if self.node_names is not None:
+            return self.node_names
+        return [str((n.get("metadata") or {}).get("name", "")) for n in self.nodes or ()]
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    pod: dict[str, Any]
+    victims: dict[str, dict[str, Any]]  # node -> {"Pods": [{"UID": ...}], "NumPDBViolations": n}
+
+
+def decode(body: bytes) -> dict[str, Any]:
+    if not body:
+        raise WireError("empty request body")
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise WireError(f"invalid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise WireError("request body must be a JSON object")
+    return doc
+
+
+def _get(doc: dict[str, Any], key: str) -> Any:
+    """Go decodes keys case-insensitively; accept the same so hand-written clients work too."""
+    if key in doc:
+        return doc[key]
+    lower = key.lower()
+    for k, v in doc.items():
+        if k.lower() == lower:
+            return v
+    return None
+
+
+def _pod(doc: dict[str, Any]) -> dict[str, Any]:
+    pod = _get(doc, "Pod")
+    if not isinstance(pod, dict):
+        raise WireError("Pod: required object missing")
+    meta = pod.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        raise WireError("Pod.metadata.name: required")
+    if pod.get("spec") is not None and not isinstance(pod.get("spec"), dict):
+        raise WireError("Pod.spec: must be an object")
+    return pod
+
+
+def parse_extender_args(body: bytes) -> ExtenderArgs:
+    doc = decode(body)
+    pod = _pod(doc)
+    names = _get(doc, "NodeNames")
+    nodes = _get(doc, "Nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise WireError("NodeNames: must be a list of strings")
+        return ExtenderArgs(pod, names, None)
+    if nodes is not None:
+        if not isinstance(nodes, dict):
+            raise WireError("Nodes: must be a NodeList object")
+        items = nodes.get("items")
+        if items is None:
+            items = []
+        if not isinstance(items, list) or not all(
+            isinstance(n, dict) and isinstance((n.get("metadata") or {}).get("name"), str) for n in items
+        ):
+            raise WireError("Nodes.items: must be a list of Node objects with metadata.name")
+        return ExtenderArgs(pod, None, items)
+    # Both null: the scheduler has no candidates for this pod; answer with none.
+    return ExtenderArgs(pod, [], None)
+
+
+def parse_binding_args(body: bytes) -> BindingArgs:
+    doc = decode(body)
+    values = {}
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = _get(doc, key)
+        if not isinstance(value, str) or (key != "PodUID" and not value):
+            raise WireError(f"{key}: required string")
+        values[key] = value
+    return BindingArgs(values["PodName"], values["PodNamespace"], values["PodUID"], values["Node"])
+
+
+def parse_preemption_args(body: bytes) -> PreemptionArgs:
+    doc = decode(body)
+    pod = _pod(doc)
+    victims: dict[str, dict[str, Any]] = {}
+    meta_victims = _get(doc, "NodeNameToMetaVictims")
+    full_victims = _get(doc, "NodeNameToVictims")
+    if meta_victims is not None:
+        if not isinstance(meta_victims, dict):
+            raise WireError("NodeNameToMetaVictims: must be an object")
+        for node, entry in meta_victims.items():
+            if not isinstance(entry, dict):
+                raise WireError(f"NodeNameToMetaVictims.{node}: must be an object")
+            pods = _get(entry, "Pods") or []
+            if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+                raise WireError(f"NodeNameToMetaVictims.{node}.Pods: must be a list")
+            victims[node] = {
+                "Pods": [{"UID": str(_get(p, "UID") or "")} for p in pods],
+                "NumPDBViolations": int(_get(entry, "NumPDBViolations") or 0),
+            }
+    elif full_victims is not None:
+        if not isinstance(full_victims, dict):
+            raise WireError("NodeNameToVictims: must be an object")
+        for node, entry in full_victims.items():
+            if not isinstance(entry, dict):
+                raise WireError(f"NodeNameToVictims.{node}: must be an object")
+            pods = _get(entry, "Pods") or []
+            if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+                raise WireError(f"NodeNameToVictims.{node}.Pods: must be a list of Pods")
+            victims[node] = {
+                "Pods": [{"UID": str((p.get("metadata") or {}).get("uid", ""))} for p in pods],
+                "NumPDBViolations": int(_get(entry, "NumPDBViolations") or 0),
+            }
+    return PreemptionArgs(pod, victims)
+
+
+# --- responses ------------------------------------------------------------------------------
+
+
+def filter_result(
+    args: ExtenderArgs,
+    passing: list[str],
+    failed: dict[str, str],
+    unresolvable: dict[str, str],
+    error: str = "",
+) -> bytes:
+    """ExtenderFilterResult in the same mode the request used."""
+    if args.node_names is not None:
+        names: list[str] | None = passing
+        nodes: dict[str, Any] | None = None
+    else:
+        keep = set(passing)
+        names = None
+        nodes = {"metadata": {}, "items": [n for n in args.nodes or () if n["metadata"]["name"] in keep]}
+    return orjson.dumps(
+        {
+            "Nodes": nodes,
+            "NodeNames": names,
+            "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable,
+            "Error": error,
+        }
+    )
+
+
+def host_priority_fragment(host: str, score: int) -> bytes:
+    """One pre-encoded HostPriority entry; the server joins cached fragments into the list."""
+    return orjson.dumps({"Host": host, "Score": score})
+
+
+def host_priority_list(fragments: list[bytes]) -> bytes:
+    return b"[" + b",".join(fragments) + b"]"
+
+
+def binding_result(error: str = "") -> bytes:
+    return orjson.dumps({"Error": error})
+
+
+def preemption_result(victims: dict[str, dict[str, Any]]) -> bytes:
+    return orjson.dumps({"NodeNameToMetaVictims": victims})
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
