@@ -640,7 +640,8 @@ class Coordinator:
         elif event.kind == "gang-changed":
             changed = self.gangs.get(event.key)
             spec = self.cache.gang_spec(event.key)
-            if changed is not None and spec is not None and changed.reservation and not changed.quorum_reached:
+            active = changed is not None and changed.reservation and not changed.quorum_reached
+            if changed is not None and spec is not None and active:
                 bound = sum(1 for m in self.cache.members(event.key) if m.holds_capacity)
                 needed = spec.min_count - bound
                 if needed > len(changed.reservation) + len(changed.held):

@@ -198,6 +198,10 @@ class _Engine:
         """Nodes needed to hold ``members`` inside ``group`` (tie-break only)."""
         raise NotImplementedError
 
+    def rescue(self, nodes: list[_Node], members: list[Member]) -> _Fill | None:
+        """A second, topology-blind attempt when the nested walk found no fit (None: not needed)."""
+        return None
+
 
 class _Homogeneous(_Engine):
     def leaf(self, node: _Node, members: list[Member]) -> _Fill:
@@ -225,8 +229,9 @@ class _Homogeneous(_Engine):
 
 
 class _Heterogeneous(_Engine):
-    def __init__(self, dominant: str | None) -> None:
+    def __init__(self, dominant: str | None, scale: Mapping[str, int]) -> None:
         self.dominant = dominant
+        self.scale = scale  # total supply per requested resource, to compare leftovers across resources
 
     def leaf(self, node: _Node, members: list[Member]) -> _Fill:
         free = dict(node.free)
@@ -268,6 +273,34 @@ class _Heterogeneous(_Engine):
             need -= dfree
             used += 1
         return max(used, 1)
+
+    def rescue(self, nodes: list[_Node], members: list[Member]) -> _Fill | None:
+        # Item-oriented best-fit decreasing: each member (largest first) goes to the node it leaves
+        # tightest, leftovers normalised by supply and summed over resources. It finds fits that the
+        # node-by-node walk misses when a small member takes the only spot a larger one could use.
+        usable = [n for n in nodes if n.cap > 0]
+        frees = [dict(n.free) for n in usable]
+        pods = [n.pods for n in usable]
+        placed: _Pairs = []
+        rest: list[Member] = []
+        for m in members:
+            best = -1
+            best_key: tuple[float, str] | None = None
+            for i, n in enumerate(usable):
+                if fits(frees[i], pods[i], m.requests):
+                    free = frees[i]
+                    score = sum((free.get(r, 0) - m.requests.get(r, 0)) / s for r, s in self.scale.items())
+                    if best_key is None or (score, n.name) < best_key:
+                        best, best_key = i, (score, n.name)
+            if best < 0:
+                rest.append(m)
+                continue
+            for name, amount in m.requests.items():
+                if amount > 0:
+                    frees[best][name] = frees[best].get(name, 0) - amount
+            pods[best] -= 1
+            placed.append((m, usable[best]))
+        return placed, rest
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -357,6 +390,10 @@ def _place_within(
         if hit is not None:
             return hit[1], [], hit[0].key[1], level
     placed, rest = _fill(nodes, top, members, engine, depth)
+    if rest and engine.bound(_group((0, ()), nodes), members, engine.need(members)):
+        second = engine.rescue(nodes, members)
+        if second is not None and not second[1]:
+            return second[0], [], None, -1
     return placed, rest, None, -1
 
 
@@ -500,9 +537,9 @@ def place_gang(
         engine = _Homogeneous()
         ordered = list(members)
     else:
-        engine = _Heterogeneous(dominant)
         # Largest first (share of total supply summed over resources), for first-fit decreasing.
         scale = {name: max(have, 1) for name, have in supply.items()}
+        engine = _Heterogeneous(dominant, scale)
         ordered = sorted(
             members, key=lambda m: (-sum(v / scale[k] for k, v in m.requests.items() if v > 0), m.key)
         )
@@ -525,8 +562,8 @@ def place_gang(
                 return NoFit(f"{head}; best {label} fits 0 (no candidate node has a {label} label)")
             if homogeneous:
                 best = max(g.cap for g in groups)  # exact: no group reached the gang size
-            else:
-                best = max(len(place(g, ordered)[0]) for g in groups)
+            else:  # what the nested walk manages in each domain
+                best = max(len(_fill(g.nodes, r + 1, ordered, engine, depth)[0]) for g in groups)
             return NoFit(f"{head}; best {label} fits {best}")
         chosen, placed = hit
         domain = chosen.key[1]

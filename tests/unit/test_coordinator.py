@@ -1,0 +1,581 @@
+"""Gang semantics of the coordinator: quorum gate, whole-gang placement, reservation protection,
+bind hold, timeout and backoff, release, extras, scoring and preemption."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from extender.cache import ClusterCache
+from extender.config import Config, GangTimings
+from extender.coordinator import BindFailed, Coordinator
+from extender.metrics import Metrics
+from extender.records import PodRecord
+
+BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
+
+
+class FakeActions:
+    """Records side effects instead of calling the apiserver; binds land in the cache like a watch."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.binds: list[tuple[str, str]] = []
+        self.requeued: list[str] = []
+        self.fail: set[str] = set()
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await asyncio.sleep(0)
+        if name in self.fail:
+            raise BindFailed(f"binding {namespace}/{name} refused")
+        self.binds.append((name, node))
+
+    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
+        self.requeued.extend(p.name for p in pods)
+
+
+def node(name: str, block: str, rack: str, gpus: int = 8, cpu: str = "64") -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name}},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        },
+    }
+
+
+def pod(
+    name: str,
+    gang: str | None = None,
+    min_count: int | None = None,
+    gpus: int = 1,
+    cpu: str = "4",
+    required: str | None = None,
+    preferred: str | None = None,
+    node_name: str = "",
+    podgroup: str | None = None,
+    namespace: str = "ml",
+) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if gang:
+        annotations["quorum.dev/gang"] = gang
+        if min_count is not None:
+            annotations["quorum.dev/min-count"] = str(min_count)
+        if required:
+            annotations["quorum.dev/required-topology"] = required
+        if preferred:
+            annotations["quorum.dev/preferred-topology"] = preferred
+    spec: dict[str, Any] = {
+        "schedulerName": "quorum",
+        "containers": [
+            {"name": "main", "resources": {"requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)}}}
+        ],
+    }
+    if node_name:
+        spec["nodeName"] = node_name
+    if podgroup:
+        spec["schedulingGroup"] = {"podGroupName": podgroup}
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "annotations": annotations},
+        "spec": spec,
+        "status": {"phase": "Running" if node_name else "Pending"},
+    }
+
+
+def podgroup(name: str, min_count: int | None, topology_key: str | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    }
+    if topology_key:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+class World:
+    """A cache of 2 blocks x 2 racks x 2 nodes (8 GPUs each) with a coordinator on top."""
+
+    def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2) -> None:
+        config = Config()
+        if timings is not None:
+            config = replace(config, gang=timings)
+        self.cache = ClusterCache(tuple(level.node_label for level in config.levels))
+        self.actions = FakeActions(self.cache)
+        self.metrics = Metrics()
+        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics)
+        self.metrics.track_state(self.coordinator.phase_counts, self.cache.counts,
+                                 self.coordinator.reserved_count)
+        self.names: list[str] = []
+        for b in range(2):
+            for r in range(racks):
+                for n in range(nodes_per_rack):
+                    name = f"b{b}-r{r}-n{n}"
+                    self.cache.upsert_node(node(name, f"b{b}", f"b{b}-r{r}"))
+                    self.names.append(name)
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.pods[obj["metadata"]["name"]] = obj
+        self.cache.upsert_pod(obj)
+        return obj
+
+    def bind_in_cache(self, name: str, node_name: str) -> None:
+        obj = self.pods[name]
+        obj["spec"]["nodeName"] = node_name
+        obj["status"]["phase"] = "Running"
+        self.cache.upsert_pod(obj)
+
+    def filter(self, name: str, candidates: list[str] | None = None) -> Any:
+        return self.coordinator.filter(self.pods[name], candidates if candidates is not None else self.names)
+
+    async def bind(self, name: str, node_name: str) -> str:
+        obj = self.pods[name]
+        return await self.coordinator.bind("ml", name, obj["metadata"]["uid"], node_name)
+
+    def sample(self, metric: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(metric, labels)
+        return 0.0 if value is None else value
+
+    def rack_of(self, node_name: str) -> str:
+        return self.cache.nodes[node_name].domains[1]
+
+
+def gang_of(world: World, count: int, min_count: int, prefix: str = "w", **kw: Any) -> list[str]:
+    names = [f"{prefix}{i}" for i in range(count)]
+    for name in names:
+        world.add(pod(name, gang=prefix, min_count=min_count, **kw))
+    return names
+
+
+# ---------------------------------------------------------------------------------- quorum gate
+
+
+async def test_quorum_gate_rejects_every_node_until_min_count_pods_exist() -> None:
+    world = World()
+    gang_of(world, 3, min_count=8)
+    decision = world.filter("w0")
+    assert decision.passing == []
+    assert set(decision.unresolvable) == set(world.names)
+    assert decision.unresolvable["b0-r0-n0"] == "gang ml/w: 3/8 pods exist, waiting for 5"
+    assert world.coordinator.reserved_uid == {}
+
+
+async def test_gang_rejections_are_unresolvable_so_they_never_trigger_preemption() -> None:
+    world = World()
+    gang_of(world, 1, min_count=2)
+    decision = world.filter("w0")
+    assert decision.failed == {}
+    assert decision.unresolvable
+
+
+async def test_pod_group_without_object_waits_for_it() -> None:
+    world = World()
+    world.add(pod("p0", podgroup="trainer"))
+    decision = world.filter("p0")
+    assert decision.passing == []
+    assert "waiting for its PodGroup" in decision.unresolvable["b0-r0-n0"]
+
+
+async def test_invalid_min_count_annotation_is_reported_not_guessed() -> None:
+    world = World()
+    obj = pod("w0", gang="w", min_count=None)
+    obj["metadata"]["annotations"]["quorum.dev/min-count"] = "eight"
+    world.add(obj)
+    decision = world.filter("w0")
+    assert decision.passing == []
+    assert "invalid min count" in decision.unresolvable["b0-r0-n0"]
+
+
+# ---------------------------------------------------------------------------------- placement
+
+
+async def test_first_member_places_the_whole_gang_in_one_rack_and_each_member_gets_its_node() -> None:
+    world = World()
+    names = gang_of(world, 4, min_count=4, gpus=4, required="rack")
+    first = world.filter("w0")
+    assert len(first.passing) == 1
+    reservation = world.coordinator.gangs["ml/w"].reservation
+    assert len(reservation) == 4
+    racks = {world.rack_of(n) for n in reservation.values()}
+    assert len(racks) == 1
+    for name in names:
+        decision = world.filter(name)
+        assert decision.passing == [reservation[f"uid-{name}"]]
+    # The other members were nudged so kube-scheduler retries them without waiting for an event.
+    await asyncio.sleep(0.01)
+    assert sorted(world.actions.requeued) == ["w1", "w2", "w3"]
+    assert world.sample("quorum_placements_total", result="fit") == 1
+
+
+async def test_podgroup_min_count_and_topology_come_from_the_native_object() -> None:
+    world = World()
+    world.cache.upsert_podgroup(podgroup("trainer", 3, topology_key=RACK))
+    for i in range(3):
+        world.add(pod(f"t{i}", podgroup="trainer", gpus=2))
+    decision = world.filter("t0")
+    assert len(decision.passing) == 1
+    reservation = world.coordinator.gangs["ml/trainer"].reservation
+    assert len({world.rack_of(n) for n in reservation.values()}) == 1
+
+
+async def test_gang_that_does_not_fit_reserves_nothing_and_names_the_shortfall() -> None:
+    world = World()
+    # 16 GPUs per rack; 5 x 4 GPUs cannot fit in one rack.
+    gang_of(world, 5, min_count=5, gpus=4, required="rack")
+    decision = world.filter("w0")
+    assert decision.passing == []
+    reason = decision.unresolvable["b0-r0-n0"]
+    assert reason.startswith("gang ml/w needs 5 × {")
+    assert "nvidia.com/gpu: 4" in reason
+    assert "best rack fits 4" in reason
+    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_on_node == {}
+
+
+async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes() -> None:
+    world = World()
+    gang_of(world, 5, min_count=5, gpus=4, required="rack")
+    for name in ("w0", "w1", "w2", "w3"):
+        world.filter(name)
+    assert world.sample("quorum_placements_total", result="nofit") == 1
+    world.cache.upsert_node(node("b9-r9-n9", "b9", "b9-r9", gpus=64))
+    world.names.append("b9-r9-n9")
+    decision = world.filter("w4")
+    assert len(decision.passing) == 1
+    assert world.sample("quorum_placements_total", result="nofit") == 1
+    assert world.sample("quorum_placements_total", result="fit") == 1
+
+
+async def test_placement_uses_only_the_nodes_kube_scheduler_passed() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    allowed = ["b1-r1-n0", "b1-r1-n1"]
+    decision = world.filter("w0", allowed)
+    assert decision.passing[0] in allowed
+    assert set(world.coordinator.gangs["ml/w"].reservation.values()) == set(allowed)
+
+
+async def test_required_level_with_members_already_bound_stays_in_their_domain() -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=3, gpus=1, required="rack", node_name="b1-r0-n1"))
+    world.add(pod("w1", gang="w", min_count=3, gpus=1, required="rack"))
+    world.add(pod("w2", gang="w", min_count=3, gpus=1, required="rack"))
+    world.filter("w1")
+    reservation = world.coordinator.gangs["ml/w"].reservation
+    assert {world.rack_of(n) for n in reservation.values()} == {"b1-r0"}
+
+
+# ---------------------------------------------------------------------------------- protection
+
+
+async def test_plain_pods_and_other_gangs_are_kept_off_reserved_capacity() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8, required="rack")
+    world.filter("w0")
+    reserved_nodes = set(world.coordinator.gangs["ml/w"].reservation.values())
+    world.add(pod("plain", gpus=1))
+    decision = world.filter("plain")
+    assert set(decision.unresolvable) == reserved_nodes
+    assert decision.unresolvable[next(iter(reserved_nodes))] == "capacity reserved for gang ml/w"
+    assert set(decision.passing) == set(world.names) - reserved_nodes
+    # A second gang is placed around the first one's reservation, never on it.
+    gang_of(world, 2, min_count=2, gpus=8, prefix="v")
+    world.filter("v0")
+    assert not set(world.coordinator.gangs["ml/v"].reservation.values()) & reserved_nodes
+
+
+async def test_plain_pod_that_fits_beside_a_partial_reservation_passes() -> None:
+    world = World()
+    gang_of(world, 1, min_count=1, gpus=4)
+    world.filter("w0")
+    reserved = next(iter(world.coordinator.gangs["ml/w"].reservation.values()))
+    world.add(pod("small", gpus=4))
+    world.add(pod("large", gpus=5))
+    assert reserved in world.filter("small").passing
+    assert reserved in world.filter("large").unresolvable
+
+
+# ---------------------------------------------------------------------------------- bind hold
+
+
+async def test_binds_are_held_until_quorum_then_all_bound_together() -> None:
+    world = World()
+    names = gang_of(world, 3, min_count=3, gpus=2)
+    world.filter("w0")
+    reservation = world.coordinator.gangs["ml/w"].reservation
+    nodes = {n: reservation[f"uid-{n}"] for n in names}
+    first = asyncio.create_task(world.bind("w0", nodes["w0"]))
+    second = asyncio.create_task(world.bind("w1", nodes["w1"]))
+    await asyncio.sleep(0.01)
+    assert not first.done() and not second.done()
+    assert world.actions.binds == []
+    assert world.coordinator.phase(world.coordinator.gangs["ml/w"]) == "Binding"
+    third = await world.bind("w2", nodes["w2"])
+    answers = [await first, await second, third]
+    assert answers == ["", "", ""]
+    assert sorted(world.actions.binds) == sorted(nodes.items())
+    assert world.sample("quorum_binds_total", outcome="success") == 3
+    assert world.sample("quorum_gang_wait_seconds_count") == 1
+    assert world.coordinator.reserved_uid == {}
+
+
+async def test_bind_is_idempotent_for_a_pod_already_bound_to_that_node() -> None:
+    world = World()
+    world.add(pod("p", node_name="b0-r0-n0"))
+    assert await world.bind("p", "b0-r0-n0") == ""
+    assert world.actions.binds == []
+    assert "already bound to b0-r0-n0" in await world.bind("p", "b0-r0-n1")
+
+
+async def test_plain_pod_binds_immediately() -> None:
+    world = World()
+    world.add(pod("p"))
+    assert await world.bind("p", "b0-r0-n0") == ""
+    assert world.actions.binds == [("p", "b0-r0-n0")]
+
+
+async def test_failed_bind_is_reported_to_the_scheduler() -> None:
+    world = World()
+    world.add(pod("p"))
+    world.actions.fail.add("p")
+    assert "refused" in await world.bind("p", "b0-r0-n0")
+    assert world.sample("quorum_binds_total", outcome="error") == 1
+    assert world.coordinator.inflight == {}
+
+
+async def test_bound_members_count_towards_quorum() -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=2, gpus=1, node_name="b0-r0-n0"))
+    world.add(pod("w1", gang="w", min_count=2, gpus=1))
+    decision = world.filter("w1")
+    assert len(decision.passing) == 1
+    assert await world.bind("w1", decision.passing[0]) == ""
+
+
+# ---------------------------------------------------------------------------------- timeout, backoff
+
+
+async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() -> None:
+    world = World(GangTimings(bind_timeout_seconds=0.05, backoff_base_seconds=0.2, backoff_max_seconds=10))
+    gang_of(world, 3, min_count=3, gpus=2)
+    world.filter("w0")
+    node0 = world.coordinator.gangs["ml/w"].reservation["uid-w0"]
+    answer = await world.bind("w0", node0)
+    assert "quorum not reached within 0.05s (1/3 members reached bind)" in answer
+    state = world.coordinator.gangs["ml/w"]
+    assert state.reservation == {} and state.held == {}
+    assert world.coordinator.reserved_on_node == {}
+    assert world.actions.binds == []
+    assert world.sample("quorum_reservation_timeouts_total") == 1
+    assert world.sample("quorum_gang_backoffs_total") == 1
+    # While backing off, members are rejected with the reason and no placement is attempted.
+    decision = world.filter("w1")
+    assert decision.passing == []
+    assert "backing off 0.2s" in decision.unresolvable["b0-r0-n0"]
+    assert world.sample("quorum_placements_total", result="fit") == 1
+    assert world.coordinator.phase(state) == "Backoff"
+    # After the backoff the members are nudged and the gang is placed again.
+    await asyncio.sleep(0.25)
+    assert "w1" in world.actions.requeued
+    world.filter("w1")
+    assert world.sample("quorum_placements_total", result="fit") == 2
+    # A second timeout doubles the backoff.
+    await asyncio.sleep(0.1)
+    assert state.failures == 2
+    assert "backing off 0.4s" in state.last_reason
+
+
+async def test_backoff_is_capped() -> None:
+    world = World(GangTimings(bind_timeout_seconds=0.01, backoff_base_seconds=1, backoff_max_seconds=1.5))
+    gang_of(world, 2, min_count=2)
+    state = world.coordinator._state("ml/w")
+    state.failures = 5
+    world.coordinator._back_off(state, "test")
+    assert "backing off 1.5s" in state.last_reason
+
+
+# ---------------------------------------------------------------------------------- release
+
+
+async def test_deleting_a_member_releases_the_reservation_and_fails_held_binds() -> None:
+    world = World()
+    gang_of(world, 3, min_count=3, gpus=2)
+    world.filter("w0")
+    node0 = world.coordinator.gangs["ml/w"].reservation["uid-w0"]
+    held = asyncio.create_task(world.bind("w0", node0))
+    await asyncio.sleep(0.01)
+    world.cache.delete_pod(world.pods.pop("w2"))
+    assert "member ml/w2 was deleted" in await held
+    assert world.coordinator.reserved_uid == {}
+    assert world.sample("quorum_reservation_releases_total", reason="member-deleted") == 1
+    # Back at the quorum gate until the member is recreated; then placed again.
+    assert "2/3 pods exist" in world.filter("w0").unresolvable["b0-r0-n0"]
+    world.add(pod("w2", gang="w", min_count=3, gpus=2))
+    assert len(world.filter("w0").passing) == 1
+
+
+async def test_deleting_a_reserved_node_releases_the_gang() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    reserved = next(iter(world.coordinator.gangs["ml/w"].reservation.values()))
+    world.cache.delete_node(reserved)
+    assert world.coordinator.reserved_uid == {}
+    assert world.sample("quorum_reservation_releases_total", reason="node-deleted") == 1
+
+
+async def test_deleting_the_podgroup_releases_and_forgets_the_gang() -> None:
+    world = World()
+    group = podgroup("trainer", 2)
+    world.cache.upsert_podgroup(group)
+    for i in range(2):
+        world.add(pod(f"t{i}", podgroup="trainer"))
+    world.filter("t0")
+    assert world.coordinator.reserved_uid
+    world.cache.delete_podgroup(group)
+    assert world.coordinator.reserved_uid == {}
+    assert "waiting for its PodGroup" in world.filter("t0").unresolvable["b0-r0-n0"]
+
+
+async def test_deleting_every_member_forgets_the_gang_state() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2)
+    world.filter("w0")
+    for name in ("w0", "w1"):
+        world.cache.delete_pod(world.pods.pop(name))
+    assert world.coordinator.gangs == {}
+    assert world.coordinator.reserved_on_node == {}
+
+
+async def test_replan_when_the_reserved_node_no_longer_passes() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    reserved = world.coordinator.gangs["ml/w"].reservation["uid-w1"]
+    remaining = [n for n in world.names if n != reserved]
+    decision = world.filter("w1", remaining)
+    assert decision.passing and decision.passing[0] != reserved
+    assert reserved not in world.coordinator.gangs["ml/w"].reservation.values()
+    assert world.sample("quorum_reservation_releases_total", reason="replan") == 1
+
+
+async def test_replans_are_bounded_then_the_gang_backs_off() -> None:
+    world = World(GangTimings(max_replans=1))
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    for _ in range(2):
+        reserved = world.coordinator.gangs["ml/w"].reservation.get("uid-w1")
+        if reserved is None:
+            break
+        decision = world.filter("w1", [n for n in world.names if n != reserved])
+    assert decision.passing == []
+    assert "re-plans" in decision.unresolvable[world.names[0]]
+    assert world.sample("quorum_gang_backoffs_total") == 1
+
+
+# ---------------------------------------------------------------------------------- extras, basic
+
+
+async def test_members_beyond_min_count_schedule_normally_once_quorum_is_bound() -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=2, node_name="b0-r0-n0"))
+    world.add(pod("w1", gang="w", min_count=2, node_name="b0-r0-n1"))
+    world.add(pod("w2", gang="w", min_count=2))
+    assert world.filter("w2").passing == world.names
+
+
+async def test_basic_policy_pod_group_is_not_gated() -> None:
+    world = World()
+    world.cache.upsert_podgroup(podgroup("svc", None))
+    world.add(pod("s0", podgroup="svc"))
+    assert world.filter("s0").passing == world.names
+
+
+async def test_members_created_after_the_reservation_wait_for_it() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2)
+    world.filter("w0")
+    world.add(pod("w9", gang="w", min_count=2))
+    assert "reserved for other members" in world.filter("w9").unresolvable["b0-r0-n0"]
+
+
+# ---------------------------------------------------------------------------------- scoring
+
+
+def _scores(fragments: list[bytes]) -> dict[str, int]:
+    import orjson
+
+    return {e["Host"]: e["Score"] for e in orjson.loads(b"[" + b",".join(fragments) + b"]")}
+
+
+async def test_gang_extras_score_by_topology_distance_from_the_gang() -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=1, node_name="b0-r0-n0"))
+    world.add(pod("w1", gang="w", min_count=1))
+    scores = _scores(world.coordinator.prioritize(world.pods["w1"], world.names))
+    assert scores["b0-r0-n0"] == 10  # same host
+    assert scores["b0-r0-n1"] > scores["b0-r1-n0"] > scores["b1-r0-n0"]  # rack > block > elsewhere
+    assert scores["b1-r1-n1"] == 0
+    assert all(0 <= s <= 10 for s in scores.values())
+
+
+async def test_plain_pods_prefer_domains_in_use_and_keep_empty_ones_whole() -> None:
+    world = World()
+    world.add(pod("busy", node_name="b0-r0-n0"))
+    world.add(pod("plain"))
+    scores = _scores(world.coordinator.prioritize(world.pods["plain"], world.names))
+    assert scores["b0-r0-n0"] > scores["b0-r0-n1"] > scores["b0-r1-n0"] > scores["b1-r0-n0"]
+    assert scores["b1-r1-n1"] == 0
+    # Cached scores follow the cluster: once block 1 holds a pod its nodes score higher.
+    world.add(pod("other", node_name="b1-r1-n1"))
+    scores = _scores(world.coordinator.prioritize(world.pods["plain"], world.names))
+    assert scores["b1-r1-n0"] > 0
+
+
+# ---------------------------------------------------------------------------------- preempt
+
+
+async def test_preempt_passes_victims_through_but_protects_gangs_at_quorum() -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=2, node_name="b0-r0-n0"))
+    world.add(pod("w1", gang="w", min_count=2, node_name="b0-r0-n1"))
+    world.add(pod("plain", node_name="b0-r1-n0"))
+    victims = {
+        "b0-r0-n0": {"Pods": [{"UID": "uid-w0"}], "NumPDBViolations": 0},
+        "b0-r1-n0": {"Pods": [{"UID": "uid-plain"}], "NumPDBViolations": 0},
+    }
+    assert world.coordinator.preempt(world.pods["plain"], victims) == {"b0-r1-n0": victims["b0-r1-n0"]}
+
+
+# ---------------------------------------------------------------------------------- introspection
+
+
+async def test_debug_snapshot_and_metrics_show_states_and_no_leaks() -> None:
+    world = World()
+    gang_of(world, 2, min_count=4)
+    gang_of(world, 2, min_count=2, prefix="v")
+    world.filter("v0")
+    snapshot = {g["gang"]: g for g in world.coordinator.snapshot()}
+    assert snapshot["ml/v"]["phase"] == "Reserved"
+    assert len(snapshot["ml/v"]["reservation"]) == 2
+    world.filter("w0")
+    snapshot = {g["gang"]: g for g in world.coordinator.snapshot()}
+    assert snapshot["ml/w"]["phase"] == "WaitingForMembers"
+    assert world.sample("quorum_gangs", state="Reserved") == 1
+    assert world.sample("quorum_reserved_pods") == 2
+
+
+@pytest.mark.parametrize("gpus", [1, 8])
+async def test_member_not_yet_in_cache_is_placed_from_the_request(gpus: int) -> None:
+    world = World()
+    world.add(pod("w0", gang="w", min_count=2, gpus=gpus))
+    late = pod("w1", gang="w", min_count=2, gpus=gpus)
+    world.cache.upsert_pod(late)  # counted for quorum...
+    world.cache.pods.pop("uid-w1")  # ...but pretend the watch lost it for the pending list
+    world.cache.gang_members["ml/w"].discard("uid-w1")
+    world.add(pod("w2", gang="w", min_count=2, gpus=gpus))
+    decision = world.coordinator.filter(late, world.names)
+    assert len(decision.passing) == 1
+    assert "uid-w1" in world.coordinator.gangs["ml/w"].reservation
