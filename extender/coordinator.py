@@ -288,7 +288,8 @@ class Coordinator:
 
         members = self.cache.members(key)
         bound = [m for m in members if m.holds_capacity]
-        if state.quorum_reached and not bound and not state.held and not state.reservation:
+        if (state.quorum_reached and not bound and not state.held and not state.reservation
+                and not any(m.uid in self.inflight for m in members)):
             state.quorum_reached = False  # the previous run finished; this is a new attempt
         if len(bound) >= spec.min_count or (state.quorum_reached and uid not in state.reservation):
             # Quorum is already running: extra members schedule normally, away from reservations.
@@ -541,6 +542,11 @@ class Coordinator:
             state.deadline = None
         held = list(state.held.values())
         state.held.clear()
+        # Reserved members beyond quorum that have not reached bind become ordinary extras: they
+        # keep no capacity they might never use.
+        held_uids = {h.pod.uid for h in held}
+        for uid in [u for u in state.reservation if u not in held_uids]:
+            self._unreserve_member(state, uid)
         self.metrics.gang_wait.observe(max(0.0, self.clock() - state.first_seen))
         log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": bound})
         self._spawn(self._bind_all(state, held))

@@ -28,9 +28,12 @@ step 2 always takes the largest child, the number of children used per level is 
 "fewest racks inside the fewest blocks".
 
 Homogeneous gangs (the common case) are solved exactly by counting how many copies of the member fit
-on each node; a domain fits iff the sum of those counts reaches the gang size. Heterogeneous gangs use
-the same walk with first-fit-decreasing packing, pruned by aggregate and count upper bounds; that is a
-heuristic (bin packing is NP-hard) and may miss a fit in contrived cases, never the reverse.
+on each node; a domain fits iff the sum of those counts reaches the gang size, so no domain is ever
+packed just to learn that it does not fit. Heterogeneous gangs use the same walk with first-fit-
+decreasing packing (largest member first), pruned by aggregate and count upper bounds, and when that
+finds nothing a topology-blind best-fit-decreasing pass over the same nodes. Bin packing is NP-hard,
+so for heterogeneous gangs this can report NoFit where a fit exists (rarely, in contrived cases); a
+returned Placement always respects every node's capacity.
 """
 
 from __future__ import annotations
@@ -229,9 +232,11 @@ class _Homogeneous(_Engine):
 
 
 class _Heterogeneous(_Engine):
-    def __init__(self, dominant: str | None, scale: Mapping[str, int]) -> None:
+    def __init__(self, dominant: str | None, scale: Mapping[str, int], pods_scale: int) -> None:
         self.dominant = dominant
-        self.scale = scale  # total supply per requested resource, to compare leftovers across resources
+        # total supply per requested resource (and of pod slots), to compare leftovers across resources
+        self.scale = scale
+        self.pods_scale = max(pods_scale, 1)
 
     def leaf(self, node: _Node, members: list[Member]) -> _Fill:
         free = dict(node.free)
@@ -276,8 +281,9 @@ class _Heterogeneous(_Engine):
 
     def rescue(self, nodes: list[_Node], members: list[Member]) -> _Fill | None:
         # Item-oriented best-fit decreasing: each member (largest first) goes to the node it leaves
-        # tightest, leftovers normalised by supply and summed over resources. It finds fits that the
-        # node-by-node walk misses when a small member takes the only spot a larger one could use.
+        # tightest, leftovers (pod slots included) normalised by supply and summed over resources. It
+        # finds fits the node-by-node walk misses when a small member takes the only spot a larger one
+        # could use.
         usable = [n for n in nodes if n.cap > 0]
         frees = [dict(n.free) for n in usable]
         pods = [n.pods for n in usable]
@@ -289,7 +295,9 @@ class _Heterogeneous(_Engine):
             for i, n in enumerate(usable):
                 if fits(frees[i], pods[i], m.requests):
                     free = frees[i]
-                    score = sum((free.get(r, 0) - m.requests.get(r, 0)) / s for r, s in self.scale.items())
+                    score = (pods[i] - 1) / self.pods_scale + sum(
+                        (free.get(r, 0) - m.requests.get(r, 0)) / s for r, s in self.scale.items()
+                    )
                     if best_key is None or (score, n.name) < best_key:
                         best, best_key = i, (score, n.name)
             if best < 0:
@@ -506,11 +514,15 @@ def place_gang(
 ) -> Placement | NoFit:
     """Place the whole gang or explain exactly why not.
 
-    ``required_level``: every member in one domain at that level (the tightest that fits).
+    ``required_level``: every member in one domain at that level (the tightest that fits);
+    ``Placement.domain`` is that domain's path.
     ``preferred_level`` or neither: the lowest single domain that fits, searched from the level
     above the host (or the host level itself when that is the preference) up to the top; otherwise
-    spread over the fewest domains, nested. Both may be given: the preference then applies inside
-    the required domain.
+    spread over the fewest domains, nested. ``Placement.domain`` is the path cut at the preferred
+    level (or the higher domain actually used when the preference could not be met), ``()`` when the
+    gang is spread or nothing was asked. Both may be given: the preference then applies inside the
+    required domain. Raises ValueError for inconsistent input (level out of range, wrong number of
+    domain labels, duplicate member keys); node names are assumed unique.
     """
     depth = len(level_names)
     if depth == 0:
@@ -539,7 +551,7 @@ def place_gang(
     else:
         # Largest first (share of total supply summed over resources), for first-fit decreasing.
         scale = {name: max(have, 1) for name, have in supply.items()}
-        engine = _Heterogeneous(dominant, scale)
+        engine = _Heterogeneous(dominant, scale, pods)
         ordered = sorted(
             members, key=lambda m: (-sum(v / scale[k] for k, v in m.requests.items() if v > 0), m.key)
         )
@@ -562,8 +574,12 @@ def place_gang(
                 return NoFit(f"{head}; best {label} fits 0 (no candidate node has a {label} label)")
             if homogeneous:
                 best = max(g.cap for g in groups)  # exact: no group reached the gang size
-            else:  # what the nested walk manages in each domain
-                best = max(len(_fill(g.nodes, r + 1, ordered, engine, depth)[0]) for g in groups)
+            else:  # what the nested walk manages; a domain's count bound lets most be skipped
+                best = 0
+                for g in sorted(groups, key=lambda g: (-g.cap, g.key)):
+                    if g.cap <= best:
+                        break
+                    best = max(best, len(_fill(g.nodes, r + 1, ordered, engine, depth)[0]))
             return NoFit(f"{head}; best {label} fits {best}")
         chosen, placed = hit
         domain = chosen.key[1]

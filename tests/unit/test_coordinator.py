@@ -321,6 +321,20 @@ async def test_binds_are_held_until_quorum_then_all_bound_together() -> None:
     assert world.coordinator.reserved_uid == {}
 
 
+async def test_reserved_members_beyond_quorum_release_their_reservation_at_quorum() -> None:
+    world = World()
+    names = gang_of(world, 3, min_count=2, gpus=2)
+    world.filter("w0")
+    reservation = dict(world.coordinator.gangs["ml/w"].reservation)
+    assert len(reservation) == 3  # every pending member is placed
+    answers = await asyncio.gather(*(world.bind(n, reservation[f"uid-{n}"]) for n in names[:2]))
+    assert answers == ["", ""]
+    assert world.coordinator.reserved_uid == {}
+    # The third member is now an ordinary extra and binds directly.
+    assert world.filter("w2").passing == world.names
+    assert await world.bind("w2", "b1-r1-n1") == ""
+
+
 async def test_bind_is_idempotent_for_a_pod_already_bound_to_that_node() -> None:
     world = World()
     world.add(pod("p", node_name="b0-r0-n0"))
