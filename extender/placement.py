@@ -134,7 +134,12 @@ def format_resources(r: Resources) -> str:
 # ---------------------------------------------------------------------------------------------------
 # Internal model
 
-_Key = tuple[int, tuple[str, ...]]  # (0, labelled path) sorts before (1, (node name,)) for unlabelled
+# Group identity for tie-breaks: (0, labelled path) sorts before (1, (node name,)) for unlabelled nodes.
+_Key = tuple[int, tuple[str, ...]]
+# A member's non-zero requests, sorted.
+_Shape = tuple[tuple[str, int], ...]
+# Request totals, and one member per distinct shape.
+_Need = tuple[dict[str, int], list[tuple[_Shape, Member]]]
 
 
 @dataclass(slots=True)
@@ -153,16 +158,27 @@ class _Group:
     nodes: list[_Node]
     cap: int
     dfree: int
-    sums: dict[str, int] | None = None  # per-resource free, filled lazily by the heterogeneous bound
+    # Caches for the heterogeneous bound (groups are re-tested inside loops).
+    sums: dict[str, int] | None = None
+    hosts: dict[_Shape, bool] | None = None
 
     def free_of(self, name: str) -> int:
-        """Total free ``name`` across the group's nodes (cached: groups are re-tested in loops)."""
+        """Total free ``name`` across the group's nodes."""
         if self.sums is None:
             self.sums = {}
         have = self.sums.get(name)
         if have is None:
             have = self.sums[name] = sum(n.free.get(name, 0) for n in self.nodes)
         return have
+
+    def hosts_one(self, shape: _Shape, requests: Resources) -> bool:
+        """Whether some node of the group fits one member of this shape on its own."""
+        if self.hosts is None:
+            self.hosts = {}
+        ok = self.hosts.get(shape)
+        if ok is None:
+            ok = self.hosts[shape] = any(fits(n.free, n.pods, requests) for n in self.nodes)
+        return ok
 
 
 _Pairs = list[tuple[Member, _Node]]
@@ -185,11 +201,11 @@ class _Engine:
     def leaf(self, node: _Node, members: list[Member]) -> _Fill:
         raise NotImplementedError
 
-    def need(self, members: list[Member]) -> dict[str, int]:
+    def need(self, members: list[Member]) -> _Need:
         """What ``bound`` compares against, computed once per set of members."""
         raise NotImplementedError
 
-    def bound(self, group: _Group, members: list[Member], need: dict[str, int]) -> bool:
+    def bound(self, group: _Group, members: list[Member], need: _Need) -> bool:
         """Cheap test that must pass for ``group`` to hold all ``members``."""
         raise NotImplementedError
 
@@ -211,10 +227,10 @@ class _Homogeneous(_Engine):
         k = min(node.cap, len(members))
         return [(m, node) for m in members[:k]], members[k:]
 
-    def need(self, members: list[Member]) -> dict[str, int]:
-        return {}
+    def need(self, members: list[Member]) -> _Need:
+        return {}, []
 
-    def bound(self, group: _Group, members: list[Member], need: dict[str, int]) -> bool:
+    def bound(self, group: _Group, members: list[Member], need: _Need) -> bool:
         return group.cap >= len(members)  # exact
 
     def order_key(self, group: _Group) -> tuple[int, int, _Key]:
@@ -232,7 +248,10 @@ class _Homogeneous(_Engine):
 
 
 class _Heterogeneous(_Engine):
-    def __init__(self, dominant: str | None, scale: Mapping[str, int], pods_scale: int) -> None:
+    def __init__(
+        self, members: Sequence[Member], dominant: str | None, scale: Mapping[str, int], pods_scale: int
+    ) -> None:
+        self.shape_of = {m.key: _requests_shape(m.requests) for m in members}
         self.dominant = dominant
         # total supply per requested resource (and of pod slots), to compare leftovers across resources
         self.scale = scale
@@ -254,14 +273,21 @@ class _Heterogeneous(_Engine):
                 rest.append(m)
         return placed, rest
 
-    def need(self, members: list[Member]) -> dict[str, int]:
-        return _totals(members)
+    def need(self, members: list[Member]) -> _Need:
+        shapes: dict[_Shape, Member] = {}
+        for m in members:
+            shapes.setdefault(self.shape_of[m.key], m)
+        return _totals(members), list(shapes.items())
 
-    def bound(self, group: _Group, members: list[Member], need: dict[str, int]) -> bool:
+    def bound(self, group: _Group, members: list[Member], need: _Need) -> bool:
         # group.cap is at most the group's pod slots, so it also bounds by pods.
         if group.cap < len(members):
             return False
-        return all(group.free_of(name) >= amount for name, amount in need.items())
+        total, shapes = need
+        if not all(group.free_of(name) >= amount for name, amount in total.items()):
+            return False
+        # per-node test: a member too large for every single node rules the group out
+        return all(group.hosts_one(shape, m.requests) for shape, m in shapes)
 
     def order_key(self, group: _Group) -> tuple[int, int, _Key]:
         return (-group.dfree, -group.cap, group.key)
@@ -341,17 +367,41 @@ def _domain_groups(nodes: list[_Node], level: int) -> list[_Group]:
     return [_group((0, path), ns) for path, ns in buckets.items()]
 
 
+def _tightness_order(groups: list[_Group], members: list[Member], engine: _Engine) -> list[_Group]:
+    """Tightest first: least free dominant resource, then fewest nodes needed, then name."""
+    ordered = sorted(groups, key=lambda g: (g.dfree, g.key))
+    out: list[_Group] = []
+    for _, tier_iter in groupby(ordered, key=lambda g: g.dfree):
+        tier = list(tier_iter)
+        if len(tier) > 1:
+            tier.sort(key=lambda g: (engine.nodes_estimate(g, members), g.key))
+        out += tier
+    return out
+
+
+def _tightest_of(groups: list[_Group], members: list[Member], engine: _Engine) -> _Group:
+    """The tightest of ``groups`` (non-empty), estimating nodes only for groups tied on free."""
+    least = min(g.dfree for g in groups)
+    tied = [g for g in groups if g.dfree == least]
+    if len(tied) == 1:
+        return tied[0]
+    return min(tied, key=lambda g: (engine.nodes_estimate(g, members), g.key))
+
+
 def _tightest(
     groups: Sequence[_Group], members: list[Member], engine: _Engine, place: _Place
 ) -> tuple[_Group, _Pairs] | None:
     """The tightest group that holds every member, with its packing; None when none does."""
     need = engine.need(members)
-    candidates = sorted((g for g in groups if engine.bound(g, members, need)), key=lambda g: (g.dfree, g.key))
-    for _, tier_iter in groupby(candidates, key=lambda g: g.dfree):
-        tier = list(tier_iter)
-        if len(tier) > 1:
-            tier.sort(key=lambda g: (engine.nodes_estimate(g, members), g.key))
-        for g in tier:
+    candidates = [g for g in groups if engine.bound(g, members, need)]
+    if not candidates:
+        return None
+    first = _tightest_of(candidates, members, engine)
+    placed, rest = place(first, members)  # always succeeds for homogeneous gangs (exact bound)
+    if not rest:
+        return first, placed
+    for g in _tightness_order(candidates, members, engine):
+        if g is not first:
             placed, rest = place(g, members)
             if not rest:
                 return g, placed
@@ -373,18 +423,18 @@ def _fill(nodes: list[_Node], level: int, members: list[Member], engine: _Engine
         return [], members
     if len(children) == 1:
         return _fill(children[0].nodes, level + 1, members, engine, depth)
-    place = partial(_fill_group, level=level + 1, engine=engine, depth=depth)
-    order = sorted(children, key=engine.order_key)
+    # Each child is filled at most once and what it takes is kept, so the walk stays linear in the
+    # number of nodes even when (heterogeneous) bounds are optimistic.
+    remaining = sorted(children, key=engine.order_key)
     placed: _Pairs = []
     rest = members
-    for i, child in enumerate(order):
-        hit = _tightest(order[i:], rest, engine, place)
-        if hit is not None:
-            return placed + hit[1], []
-        got, rest = place(child, rest)
+    while rest and remaining:
+        need = engine.need(rest)
+        holders = [g for g in remaining if engine.bound(g, rest, need)]
+        child = _tightest_of(holders, rest, engine) if holders else remaining[0]
+        remaining.remove(child)
+        got, rest = _fill(child.nodes, level + 1, rest, engine, depth)
         placed += got
-        if not rest:
-            break
     return placed, rest
 
 
@@ -398,7 +448,7 @@ def _place_within(
         if hit is not None:
             return hit[1], [], hit[0].key[1], level
     placed, rest = _fill(nodes, top, members, engine, depth)
-    if rest and engine.bound(_group((0, ()), nodes), members, engine.need(members)):
+    if rest and engine.bound(_group((0, ()), nodes), members, engine.need(members)):  # rescue is O(n*m)
         second = engine.rescue(nodes, members)
         if second is not None and not second[1]:
             return second[0], [], None, -1
@@ -425,7 +475,7 @@ def _totals(members: Sequence[Member]) -> dict[str, int]:
     return total
 
 
-def _requests_shape(requests: Resources) -> tuple[tuple[str, int], ...]:
+def _requests_shape(requests: Resources) -> _Shape:
     return tuple(sorted((k, v) for k, v in requests.items() if v > 0))
 
 
@@ -448,6 +498,8 @@ def _dominant(supply: Mapping[str, int], total: Mapping[str, int], count: int, p
 
 
 _TIMES = "\N{MULTIPLICATION SIGN}"
+# How many domains a heterogeneous shortfall message examines (the count is a summary, not a proof).
+_HETERO_REPORT_DOMAINS = 16
 
 
 def _summary(members: Sequence[Member], homogeneous: bool, total: Mapping[str, int]) -> str:
@@ -551,7 +603,7 @@ def place_gang(
     else:
         # Largest first (share of total supply summed over resources), for first-fit decreasing.
         scale = {name: max(have, 1) for name, have in supply.items()}
-        engine = _Heterogeneous(dominant, scale, pods)
+        engine = _Heterogeneous(members, dominant, scale, pods)
         ordered = sorted(
             members, key=lambda m: (-sum(v / scale[k] for k, v in m.requests.items() if v > 0), m.key)
         )
@@ -560,6 +612,11 @@ def place_gang(
     # host level itself when the preference names it (or it is the only level).
     start = depth - 1 if depth == 1 or preferred_level == depth - 1 else depth - 2
     head = _summary(members, homogeneous, total)
+    if not homogeneous:
+        # A member too large for every node is the whole story; say so instead of counting.
+        for shape, m in engine.need(ordered)[1]:
+            if not any(fits(n.free, n.pods, m.requests) for n in nodes):
+                return NoFit(f"{head}; no candidate node fits one pod of {format_resources(dict(shape))}")
 
     placed: _Pairs
     domain: tuple[str, ...]
@@ -574,9 +631,9 @@ def place_gang(
                 return NoFit(f"{head}; best {label} fits 0 (no candidate node has a {label} label)")
             if homogeneous:
                 best = max(g.cap for g in groups)  # exact: no group reached the gang size
-            else:  # what the nested walk manages; a domain's count bound lets most be skipped
+            else:  # what the nested walk manages in the domains with the largest count bounds
                 best = 0
-                for g in sorted(groups, key=lambda g: (-g.cap, g.key)):
+                for g in sorted(groups, key=lambda g: (-g.cap, g.key))[:_HETERO_REPORT_DOMAINS]:
                     if g.cap <= best:
                         break
                     best = max(best, len(_fill(g.nodes, r + 1, ordered, engine, depth)[0]))
@@ -584,6 +641,8 @@ def place_gang(
         chosen, placed = hit
         domain = chosen.key[1]
     else:
+        if homogeneous and sum(n.cap for n in nodes) < len(members):  # exact, and skips the walk
+            return NoFit(f"{head}; candidate nodes fit {sum(n.cap for n in nodes)}")
         placed, rest, path, found = _place_within(nodes, 0, start, ordered, engine, depth)
         if rest:
             return NoFit(f"{head}; candidate nodes fit {len(placed)}")
