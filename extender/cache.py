@@ -151,10 +151,11 @@ class ClusterCache:
         if not record.uid:
             return
         old = self.pods.get(record.uid)
+        left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         if old is not None:
             self._account(old, -1)
-            if old.gang_key and old.gang_key != gang_key:
-                self.gang_members[old.gang_key].discard(old.uid)
+            if left_gang and old.gang_key:
+                self._leave_gang(old.uid, old.gang_key)
         self.pods[record.uid] = record
         self._account(record, +1)
         if gang_key:
@@ -167,6 +168,8 @@ class ClusterCache:
             self._emit(CacheEvent("pod-bound", record.uid, record))
         if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
             self._emit(CacheEvent("pod-removed", record.uid, record))
+        elif left_gang and old is not None:
+            self._emit(CacheEvent("pod-removed", record.uid, old))  # gone from its old gang
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -178,15 +181,18 @@ class ClusterCache:
             return
         self._account(record, -1)
         if record.gang_key:
-            members = self.gang_members.get(record.gang_key)
-            if members is not None:
-                members.discard(uid)
-                if not members:
-                    del self.gang_members[record.gang_key]
-                    if record.gang_key not in self.podgroup_specs:
-                        self.annotation_specs.pop(record.gang_key, None)
+            self._leave_gang(uid, record.gang_key)
         self.version += 1
         self._emit(CacheEvent("pod-removed", uid, record))
+
+    def _leave_gang(self, uid: str, gang_key: str) -> None:
+        members = self.gang_members.get(gang_key)
+        if members is None:
+            return
+        members.discard(uid)
+        if not members:
+            del self.gang_members[gang_key]
+            self.annotation_specs.pop(gang_key, None)
 
     def replace_pods(self, objs: Iterable[dict[str, Any]]) -> None:
         fresh = list(objs)

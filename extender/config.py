@@ -6,6 +6,7 @@ field (``gang.bindTimeoutSeconds: must be > 0``) instead of failing later on the
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -82,19 +83,28 @@ def _check_keys(raw: Mapping[str, Any], allowed: set[str], where: str) -> None:
 
 def _number(raw: Mapping[str, Any], key: str, where: str, default: float, minimum: float = 0.0) -> float:
     value = raw.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ConfigError(f"{where}.{key}: must be a number, got {value!r}")
     if value <= minimum:
         raise ConfigError(f"{where}.{key}: must be > {minimum:g}, got {value!r}")
     return float(value)
 
 
+def _count(raw: Mapping[str, Any], key: str, where: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}.{key}: must be a whole number >= 0, got {value!r}")
+    return value
+
+
 def _port(value: Any, where: str) -> int:
+    if isinstance(value, float) or isinstance(value, bool):
+        raise ConfigError(f"{where}: must be an integer port, got {value!r}")
     try:
         port = int(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: must be an integer port, got {value!r}") from None
-    if isinstance(value, bool) or not 0 < port < 65536:
+    if not 0 < port < 65536:
         raise ConfigError(f"{where}: must be between 1 and 65535, got {value!r}")
     return port
 
@@ -156,7 +166,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
         backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
         backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
-        max_replans=int(_number(gang, "maxReplans", "gang", 3, minimum=0)),
+        max_replans=_count(gang, "maxReplans", "gang", 3),
     )
     if timings.backoff_max_seconds < timings.backoff_base_seconds:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
@@ -206,7 +216,7 @@ def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
                 seconds = float(value)
             except ValueError:
                 raise ConfigError(f"bind-timeout: must be a number, got {value!r}") from None
-            if seconds <= 0:
+            if not math.isfinite(seconds) or seconds <= 0:
                 raise ConfigError(f"bind-timeout: must be > 0, got {value!r}")
             g = config.gang
             changes["gang"] = GangTimings(

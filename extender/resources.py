@@ -15,6 +15,7 @@ from typing import Any
 Resources = dict[str, int]
 
 CPU = "cpu"
+_POD_LEVEL = ("cpu", "memory")
 PODS = "pods"
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -41,18 +42,27 @@ def parse_quantity(text: str | int | float) -> Decimal:
     if isinstance(text, bool):
         raise QuantityError(f"invalid quantity {text!r}")
     if isinstance(text, int | float):
-        return Decimal(str(text))
+        value = Decimal(str(text))
+        if not value.is_finite():
+            raise QuantityError(f"invalid quantity {text!r}")
+        return value
+    if not isinstance(text, str):
+        raise QuantityError(f"invalid quantity {text!r}")
     s = text.strip()
     if not s:
         raise QuantityError("empty quantity")
     try:
         if s[-2:] in _BINARY:
-            return Decimal(s[:-2]) * _BINARY[s[-2:]]
-        if s[-1:] in _DECIMAL and not s[-1:].isdigit() and "e" not in s[-1:].lower():
-            return Decimal(s[:-1]) * _DECIMAL[s[-1:]]
-        return Decimal(s)  # plain number or exponent form such as 1e3 / 1E3
+            value = Decimal(s[:-2]) * _BINARY[s[-2:]]
+        elif s[-1:] in _DECIMAL and not s[-1:].isdigit():
+            value = Decimal(s[:-1]) * _DECIMAL[s[-1:]]  # "E" alone is exa; "1e3" ends in a digit
+        else:
+            value = Decimal(s)  # plain number or exponent form such as 1e3 / 1E3
     except InvalidOperation as exc:
         raise QuantityError(f"invalid quantity {text!r}") from exc
+    if not value.is_finite():
+        raise QuantityError(f"invalid quantity {text!r}")
+    return value
 
 
 def to_units(name: str, quantity: str | int | float) -> int:
@@ -83,11 +93,10 @@ def _max_into(total: Resources, other: Mapping[str, int]) -> None:
 
 def _container_requests(container: Mapping[str, Any]) -> Resources:
     res = container.get("resources") or {}
-    # A container with limits but no requests gets requests defaulted to its limits by the apiserver;
-    # mirror that so objects recorded before defaulting count the same.
-    requests = res.get("requests")
-    if requests is None:
-        requests = res.get("limits")
+    # The apiserver defaults each missing request to its limit (per resource: a GPU given only
+    # under limits is requested too); mirror that so objects seen before defaulting count the same.
+    requests = dict(res.get("limits") or {})
+    requests.update(res.get("requests") or {})
     return parse_resource_list(requests)
 
 
@@ -96,27 +105,31 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
 
     Regular containers are summed; restartable init containers (sidecars) add to the sum and to the
     peak of every later init container; each plain init container counts only as the maximum with
-    the running total; pod overhead is added last. Pod-level ``spec.resources.requests`` wins when set.
+    the running total; pod-level ``spec.resources.requests`` replace cpu, memory and hugepages;
+    pod overhead is added last.
     """
+    total: Resources = {}
+    for container in spec.get("containers") or ():
+        _add_into(total, _container_requests(container))
+    sidecars: Resources = {}
+    init_peak: Resources = {}
+    for container in spec.get("initContainers") or ():
+        requests = _container_requests(container)
+        if container.get("restartPolicy") == "Always":
+            _add_into(sidecars, requests)
+            _add_into(total, requests)
+        else:
+            candidate = dict(sidecars)
+            _add_into(candidate, requests)
+            _max_into(init_peak, candidate)
+    _max_into(total, init_peak)
     pod_level = (spec.get("resources") or {}).get("requests")
     if pod_level:
-        total = parse_resource_list(pod_level)
-    else:
-        total = {}
-        for container in spec.get("containers") or ():
-            _add_into(total, _container_requests(container))
-        sidecars: Resources = {}
-        init_peak: Resources = {}
-        for container in spec.get("initContainers") or ():
-            requests = _container_requests(container)
-            if container.get("restartPolicy") == "Always":
-                _add_into(sidecars, requests)
-                _add_into(total, requests)
-            else:
-                candidate = dict(sidecars)
-                _add_into(candidate, requests)
-                _max_into(init_peak, candidate)
-        _max_into(total, init_peak)
+        # Pod-level resources replace the containers' sum only for the resources they may name
+        # (cpu, memory, hugepages); extended resources such as GPUs still come from containers.
+        for name, amount in parse_resource_list(pod_level).items():
+            if name in _POD_LEVEL or name.startswith("hugepages-"):
+                total[name] = amount
     overhead = spec.get("overhead")
     if overhead:
         _add_into(total, parse_resource_list(overhead))

@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from .resources import QuantityError, pod_requests
+
 
 class WireError(ValueError):
     """A request that does not match the extender protocol; answered with HTTP 400."""
@@ -69,16 +71,73 @@ def _get(doc: dict[str, Any], key: str) -> Any:
     return None
 
 
+def _object_or_null(value: Any, where: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise WireError(f"{where}: must be an object")
+    return value
+
+
+def _string_map(value: Any, where: str) -> None:
+    mapping = _object_or_null(value, where)
+    if not all(isinstance(v, str) for v in mapping.values()):
+        raise WireError(f"{where}: values must be strings")
+
+
 def _pod(doc: dict[str, Any]) -> dict[str, Any]:
+    """The embedded Pod, with every field Quorum reads checked for shape.
+
+    Checking here (rather than trusting the scheduler) keeps any hand-made or corrupted request
+    from reaching the coordinator, where a wrong type would surface as a 500.
+    """
     pod = _get(doc, "Pod")
     if not isinstance(pod, dict):
         raise WireError("Pod: required object missing")
     meta = pod.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
         raise WireError("Pod.metadata.name: required")
-    if pod.get("spec") is not None and not isinstance(pod.get("spec"), dict):
-        raise WireError("Pod.spec: must be an object")
+    for key in ("namespace", "uid"):
+        if meta.get(key) is not None and not isinstance(meta.get(key), str):
+            raise WireError(f"Pod.metadata.{key}: must be a string")
+    _string_map(meta.get("annotations"), "Pod.metadata.annotations")
+    _string_map(meta.get("labels"), "Pod.metadata.labels")
+    spec = _object_or_null(pod.get("spec"), "Pod.spec")
+    group = _object_or_null(spec.get("schedulingGroup"), "Pod.spec.schedulingGroup")
+    if group.get("podGroupName") is not None and not isinstance(group.get("podGroupName"), str):
+        raise WireError("Pod.spec.schedulingGroup.podGroupName: must be a string")
+    priority = spec.get("priority")
+    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+        raise WireError("Pod.spec.priority: must be an integer")
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            raise WireError(f"Pod.spec.{key}: must be a list")
+        for i, container in enumerate(containers):
+            where = f"Pod.spec.{key}[{i}]"
+            if not isinstance(container, dict):
+                raise WireError(f"{where}: must be an object")
+            resources = _object_or_null(container.get("resources"), f"{where}.resources")
+            for part in ("requests", "limits"):
+                _object_or_null(resources.get(part), f"{where}.resources.{part}")
+    _object_or_null(spec.get("overhead"), "Pod.spec.overhead")
+    pod_resources = _object_or_null(spec.get("resources"), "Pod.spec.resources")
+    _object_or_null(pod_resources.get("requests"), "Pod.spec.resources.requests")
+    try:
+        pod_requests(spec)
+    except QuantityError as exc:
+        raise WireError(f"Pod.spec: {exc}") from None
     return pod
+
+
+def _count(value: Any, where: str) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise WireError(f"{where}: must be an integer")
+    return value
 
 
 def parse_extender_args(body: bytes) -> ExtenderArgs:
@@ -97,7 +156,10 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         if items is None:
             items = []
         if not isinstance(items, list) or not all(
-            isinstance(n, dict) and isinstance((n.get("metadata") or {}).get("name"), str) for n in items
+            isinstance(n, dict)
+            and isinstance(n.get("metadata"), dict)
+            and isinstance(n["metadata"].get("name"), str)
+            for n in items
         ):
             raise WireError("Nodes.items: must be a list of Node objects with metadata.name")
         return ExtenderArgs(pod, None, items)
@@ -133,7 +195,9 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
                 raise WireError(f"NodeNameToMetaVictims.{node}.Pods: must be a list")
             victims[node] = {
                 "Pods": [{"UID": str(_get(p, "UID") or "")} for p in pods],
-                "NumPDBViolations": int(_get(entry, "NumPDBViolations") or 0),
+                "NumPDBViolations": _count(
+                    _get(entry, "NumPDBViolations"), f"NodeNameToMetaVictims.{node}.NumPDBViolations"
+                ),
             }
     elif full_victims is not None:
         if not isinstance(full_victims, dict):
@@ -142,11 +206,15 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
             if not isinstance(entry, dict):
                 raise WireError(f"NodeNameToVictims.{node}: must be an object")
             pods = _get(entry, "Pods") or []
-            if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+            if not isinstance(pods, list) or not all(
+                isinstance(p, dict) and isinstance(p.get("metadata") or {}, dict) for p in pods
+            ):
                 raise WireError(f"NodeNameToVictims.{node}.Pods: must be a list of Pods")
             victims[node] = {
                 "Pods": [{"UID": str((p.get("metadata") or {}).get("uid", ""))} for p in pods],
-                "NumPDBViolations": int(_get(entry, "NumPDBViolations") or 0),
+                "NumPDBViolations": _count(
+                    _get(entry, "NumPDBViolations"), f"NodeNameToVictims.{node}.NumPDBViolations"
+                ),
             }
     return PreemptionArgs(pod, victims)
 

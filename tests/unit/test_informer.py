@@ -1,0 +1,277 @@
+"""extender.informer.Informer against a scripted fake API client (no network, no long sleeps)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from extender.cache import ClusterCache
+from extender.informer import Informer
+from extender.kube import ApiError, Gone
+from extender.metrics import Metrics
+
+from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
+
+
+def with_rv(obj: dict[str, Any], rv: str) -> dict[str, Any]:
+    obj["metadata"]["resourceVersion"] = rv
+    return obj
+
+
+def event(kind: str, obj: dict[str, Any], rv: str) -> dict[str, Any]:
+    return {"type": kind, "object": with_rv(obj, rv)}
+
+
+def bookmark(rv: str) -> dict[str, Any]:
+    return {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
+        "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}}}
+
+
+class EndWatch:
+    """Marker in a watch script: the stream ends normally (apiserver timeout)."""
+
+
+class FakeKube:
+    """Scripted list/watch per API path.
+
+    ``lists[path]`` is consumed one answer per call (the last one repeats); an answer is
+    ``(items, resourceVersion)`` or an exception to raise. ``watches[path]`` is consumed one script
+    per watch call; a script yields its events in order, raises any exception in it, returns at
+    ``EndWatch``, and otherwise stays open (blocks) once it runs out, like a quiet watch.
+    """
+
+    def __init__(self) -> None:
+        self.lists: dict[str, list[Any]] = {}
+        self.watches: dict[str, list[list[Any]]] = {}
+        self.list_calls: list[str] = []
+        self.watch_calls: list[tuple[str, str]] = []
+
+    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        self.list_calls.append(path)
+        answers = self.lists.get(path) or [([], "1")]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        await asyncio.sleep(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        items, rv = answer
+        return list(items), rv
+
+    async def watch(self, path: str, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+        self.watch_calls.append((path, resource_version))
+        scripts = self.watches.get(path) or []
+        script = scripts.pop(0) if scripts else []
+        for step in script:
+            await asyncio.sleep(0)
+            if isinstance(step, BaseException):
+                raise step
+            if isinstance(step, EndWatch):
+                return
+            yield step
+        await asyncio.Event().wait()  # an open watch with nothing to say
+
+    def lists_of(self, path: str) -> int:
+        return self.list_calls.count(path)
+
+
+async def eventually(condition: Callable[[], bool], within: float = 3.0) -> None:
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.005)
+
+
+def restarts(metrics: Metrics, kind: str, reason: str) -> float:
+    value = metrics.registry.get_sample_value("quorum_watch_restarts_total", {"kind": kind, "reason": reason})
+    return value or 0.0
+
+
+@pytest.fixture
+def cache() -> ClusterCache:
+    return ClusterCache(LEVEL_LABELS)
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics()
+
+
+@pytest.fixture
+async def run(cache: ClusterCache, metrics: Metrics) -> AsyncIterator[Callable[..., Informer]]:
+    started: list[Informer] = []
+
+    def start(client: FakeKube, **kwargs: Any) -> Informer:
+        informer = Informer(client, cache, metrics, **kwargs)  # type: ignore[arg-type]
+        informer.start()
+        started.append(informer)
+        return informer
+
+    yield start
+    for informer in started:
+        await informer.stop()
+
+
+N0, N1 = "kwok-b0-r0-n0", "kwok-b0-r0-n1"
+
+
+async def test_list_then_watch_events_then_relist_on_gone(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
+) -> None:
+    kube = FakeKube()
+    kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "90"),
+                           with_rv(make_node(N1, "b0", "b0-r0"), "91")], "100")]
+    w0 = make_pod("w0", "u0", group="train-a")
+    kube.lists[PODS] = [
+        ([with_rv(w0, "95")], "100"),
+        # After the relist: w0 still bound, w2 appeared while the watch was broken, w1 is gone.
+        ([with_rv(bound(w0, N0), "150"), with_rv(make_pod("w2", "u2"), "180")], "200"),
+    ]
+    w1 = make_pod("w1", "u1", group="train-a")
+    kube.watches[PODS] = [[
+        event("ADDED", w1, "101"),
+        event("MODIFIED", bound(w0, N0), "102"),
+        bookmark("103"),
+        event("MODIFIED", bound(w1, N1), "104"),
+        Gone(410, "too old resource version: 100 (104)"),
+    ]]
+
+    run(kube)
+    await eventually(lambda: kube.lists_of(PODS) == 2 and ("/api/v1/pods", "200") in kube.watch_calls)
+
+    assert kube.watch_calls.count((PODS, "100")) == 1
+    assert sorted(cache.pods) == ["u0", "u2"]
+    assert cache.pods["u0"].node_name == N0
+    assert cache.node_pod_count[N0] == 1
+    assert cache.node_pod_count[N1] == 0  # w1 vanished with the relist, and its node was freed
+    assert [p.name for p in cache.members("ml/train-a")] == ["w0"]
+    assert restarts(metrics, "pods", "gone") == 1
+    assert restarts(metrics, "nodes", "gone") == 0
+    assert kube.lists_of(NODES) == 1  # other kinds are not relisted
+    assert all(cache.synced.values())
+
+
+async def test_events_apply_to_cache_in_order(cache: ClusterCache, run: Callable[..., Informer]) -> None:
+    kube = FakeKube()
+    kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "5")], "10")]
+    kube.watches[NODES] = [[
+        event("ADDED", make_node(N1, "b0", "b0-r0"), "11"),
+        event("MODIFIED", make_node(N0, "b0", "b0-r0", gpus=4), "12"),
+        event("DELETED", make_node(N1, "b0", "b0-r0"), "13"),
+    ]]
+    group = make_podgroup("train-a", 2)
+    kube.watches[PODGROUPS] = [[
+        event("ADDED", group, "20"),
+        event("MODIFIED", make_podgroup("train-a", 3), "21"),
+        event("ADDED", make_podgroup("train-b", 2), "22"),
+        event("DELETED", make_podgroup("train-b", 2), "23"),
+    ]]
+    pod = make_pod("w0", "u0")
+    kube.watches[PODS] = [[
+        event("ADDED", pod, "30"),
+        event("MODIFIED", bound(pod, N0), "31"),
+        event("MODIFIED", bound(pod, N0, phase="Succeeded"), "32"),
+        event("DELETED", bound(pod, N0, phase="Succeeded"), "33"),
+        event("ADDED", make_pod("w1", "u1", node=N0, phase="Running"), "34"),
+    ]]
+
+    run(kube)
+    await eventually(lambda: "u1" in cache.pods and "ml/train-b" not in cache.podgroup_specs
+                     and N1 not in cache.nodes and cache.podgroup_specs.get("ml/train-a") is not None
+                     and cache.podgroup_specs["ml/train-a"].min_count == 3)
+
+    assert sorted(cache.nodes) == [N0]
+    assert cache.nodes[N0].allocatable["nvidia.com/gpu"] == 4
+    assert sorted(cache.podgroup_specs) == ["ml/train-a"]
+    assert sorted(cache.pods) == ["u1"]
+    assert cache.node_pod_count[N0] == 1
+
+
+async def test_watch_resumes_from_bookmark_after_normal_end(run: Callable[..., Informer]) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [([], "100")]
+    kube.watches[PODS] = [[bookmark("150"), EndWatch()], [event("ADDED", make_pod("w0", "u0"), "151"),
+                                                           EndWatch()]]
+    run(kube)
+    await eventually(lambda: len([c for c in kube.watch_calls if c[0] == PODS]) >= 3)
+    pod_watches = [rv for path, rv in kube.watch_calls if path == PODS]
+    assert pod_watches[:3] == ["100", "150", "151"]
+    assert kube.lists_of(PODS) == 1  # a normal end resumes, it does not relist
+
+
+async def test_missing_podgroup_api_counts_as_synced_and_is_retried(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
+) -> None:
+    cache.replace_podgroups([make_podgroup("stale", 2)])  # left over from before the API went away
+    cache.synced["podgroups"] = False
+    kube = FakeKube()
+    kube.lists[PODGROUPS] = [
+        ApiError(404, "the server could not find the requested resource"),
+        ([with_rv(make_podgroup("train-a", 4), "7")], "8"),
+    ]
+    run(kube, absent_retry=3600)
+    await eventually(lambda: cache.synced["podgroups"])
+    assert cache.podgroup_specs == {}
+    assert cache.counts()["podgroups"] == 0
+    assert restarts(metrics, "podgroups", "error") == 0
+    assert kube.lists_of(PODGROUPS) == 1  # waits absent_retry before looking again
+
+
+async def test_podgroup_api_appearing_later_is_picked_up(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODGROUPS] = [
+        ApiError(404, "the server could not find the requested resource"),
+        ([with_rv(make_podgroup("train-a", 4), "7")], "8"),
+    ]
+    run(kube, absent_retry=0.01)
+    await eventually(lambda: "ml/train-a" in cache.podgroup_specs)
+    assert cache.podgroup_specs["ml/train-a"].min_count == 4
+    assert kube.lists_of(PODGROUPS) == 2
+    assert (PODGROUPS, "8") in kube.watch_calls
+
+
+async def test_errors_back_off_and_reconnect_from_the_same_version(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [([], "100")]
+    kube.watches[PODS] = [
+        [ApiError(500, "etcdserver: request timed out")],
+        [aiohttp.ClientConnectionError("connection reset by peer")],
+        [event("ADDED", make_pod("w0", "u0"), "101")],
+    ]
+    run(kube, backoff_max=0.05)
+    await eventually(lambda: "u0" in cache.pods)
+    assert restarts(metrics, "pods", "error") == 1
+    assert restarts(metrics, "pods", "connection") == 1
+    assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100", "100"]
+    assert kube.lists_of(PODS) == 1  # only 410 forces a relist
+
+
+async def test_pods_404_is_an_error_not_an_absent_api(metrics: Metrics, run: Callable[..., Informer]) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [ApiError(404, "not found"), ([], "1")]
+    run(kube, backoff_max=0.05)
+    await eventually(lambda: restarts(metrics, "pods", "error") == 1)
+
+
+async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> None:
+    kube = FakeKube()
+    informer = Informer(kube, cache, metrics)  # type: ignore[arg-type]
+    informer.start()
+    await eventually(lambda: all(cache.synced.values()))
+    tasks = list(informer._tasks)
+    assert len(tasks) == 3
+    await informer.stop()
+    assert all(task.done() for task in tasks)
+    assert informer._tasks == []

@@ -1,0 +1,209 @@
+"""extender.resources: quantities and effective pod requests, counted like kube-scheduler."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from extender.resources import (
+    QuantityError,
+    add,
+    parse_quantity,
+    parse_resource_list,
+    pod_requests,
+    subtract_into,
+    sum_all,
+    to_units,
+)
+
+from .fixtures import load
+
+GiB = 2**30
+MiB = 2**20
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("500m", Decimal("0.5")),
+        ("1", Decimal(1)),
+        ("1.5", Decimal("1.5")),
+        ("4Gi", Decimal(4 * GiB)),
+        ("100Mi", Decimal(100 * MiB)),
+        ("1Ki", Decimal(1024)),
+        ("1e3", Decimal(1000)),
+        ("1E3", Decimal(1000)),
+        ("2k", Decimal(2000)),
+        ("3M", Decimal(3_000_000)),
+        ("64G", Decimal(64 * 10**9)),
+        ("250u", Decimal("0.00025")),
+        ("100n", Decimal("0.0000001")),
+        ("1E", Decimal(10**18)),  # exa
+        (" 2 ", Decimal(2)),
+        (8, Decimal(8)),
+        (0, Decimal(0)),
+        (2.5, Decimal("2.5")),
+    ],
+)
+def test_parse_quantity(text: str | int | float, expected: Decimal) -> None:
+    assert parse_quantity(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "   ", "abc", "1.2.3", "Gi", "m", "12x", "1K", "4GiB", "--1", True, "NaN", "Infinity", "inf"],
+)
+def test_invalid_quantities_raise(text: Any) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("name", "quantity", "units"),
+    [
+        ("cpu", "500m", 500),
+        ("cpu", "2", 2000),
+        ("cpu", "0.1m", 1),  # rounded up like Quantity.MilliValue()
+        ("cpu", 1.5, 1500),
+        ("memory", "1.5", 2),  # rounded up like Quantity.Value()
+        ("memory", "4Gi", 4 * GiB),
+        ("nvidia.com/gpu", "8", 8),
+        ("ephemeral-storage", "1k", 1000),
+    ],
+)
+def test_to_units(name: str, quantity: str | float, units: int) -> None:
+    assert to_units(name, quantity) == units
+
+
+def test_parse_resource_list() -> None:
+    assert parse_resource_list({"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"}) == {
+        "cpu": 64000, "memory": 512 * GiB, "pods": 110, "nvidia.com/gpu": 8}
+    assert parse_resource_list(None) == {}
+    assert parse_resource_list({}) == {}
+
+
+# --------------------------------------------------------------------------- pod_requests
+
+
+def container(name: str, requests: dict[str, str] | None = None, limits: dict[str, str] | None = None,
+              **extra: Any) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if requests is not None:
+        resources["requests"] = requests
+    if limits is not None:
+        resources["limits"] = limits
+    return {"name": name, "image": "registry.example.com/x:1", "resources": resources, **extra}
+
+
+def test_recorded_gang_member() -> None:
+    spec = load("pod_gang_member.json")["spec"]
+    assert pod_requests(spec) == {"cpu": 8000, "memory": 64 * GiB, "nvidia.com/gpu": 2}
+
+
+def test_containers_are_summed() -> None:
+    spec = {"containers": [
+        container("a", {"cpu": "1", "memory": "1Gi"}),
+        container("b", {"cpu": "500m", "memory": "512Mi", "nvidia.com/gpu": "1"}),
+    ]}
+    assert pod_requests(spec) == {"cpu": 1500, "memory": GiB + 512 * MiB, "nvidia.com/gpu": 1}
+
+
+def test_init_containers_count_as_the_maximum() -> None:
+    spec = {
+        "initContainers": [
+            container("fetch", {"cpu": "4", "memory": "256Mi"}),
+            container("warm", {"cpu": "1", "memory": "8Gi"}),
+        ],
+        "containers": [container("main", {"cpu": "2", "memory": "1Gi"})],
+    }
+    # cpu: max(2, 4, 1) = 4; memory: max(1Gi, 256Mi, 8Gi) = 8Gi.
+    assert pod_requests(spec) == {"cpu": 4000, "memory": 8 * GiB}
+
+
+def test_restartable_init_containers_are_added() -> None:
+    spec = {
+        "initContainers": [
+            container("proxy", {"cpu": "500m", "memory": "128Mi"}, restartPolicy="Always"),
+            container("migrate", {"cpu": "3", "memory": "64Mi"}),
+        ],
+        "containers": [container("main", {"cpu": "2", "memory": "1Gi"})],
+    }
+    # Running: main + sidecar = 2.5 cpu. While "migrate" runs, the sidecar already runs: 3 + 0.5 = 3.5.
+    assert pod_requests(spec) == {"cpu": 3500, "memory": GiB + 128 * MiB}
+
+
+def test_sidecar_started_after_an_init_container_does_not_add_to_its_peak() -> None:
+    spec = {
+        "initContainers": [
+            container("migrate", {"cpu": "3"}),
+            container("proxy", {"cpu": "1"}, restartPolicy="Always"),
+        ],
+        "containers": [container("main", {"cpu": "1"})],
+    }
+    assert pod_requests(spec) == {"cpu": 3000}
+
+
+def test_overhead_is_added() -> None:
+    spec = {
+        "containers": [container("main", {"cpu": "1", "memory": "1Gi"})],
+        "overhead": {"cpu": "250m", "memory": "120Mi"},
+    }
+    assert pod_requests(spec) == {"cpu": 1250, "memory": GiB + 120 * MiB}
+
+
+def test_limits_only_container_defaults_requests_to_limits() -> None:
+    spec = {"containers": [container("main", limits={"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"})]}
+    assert pod_requests(spec) == {"cpu": 2000, "memory": 4 * GiB, "nvidia.com/gpu": 1}
+
+
+def test_gpu_in_limits_only_is_counted_next_to_cpu_requests() -> None:
+    # The usual GPU manifest: requests for cpu/memory, the GPU only under limits. The apiserver
+    # defaults each missing request from its limit, so the GPU is requested too.
+    spec = {"containers": [container("main", requests={"cpu": "4", "memory": "16Gi"},
+                                     limits={"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "2"})]}
+    assert pod_requests(spec) == {"cpu": 4000, "memory": 16 * GiB, "nvidia.com/gpu": 2}
+
+
+def test_extended_resource_counted() -> None:
+    spec = {"containers": [container("a", {"nvidia.com/gpu": "8"}), container("b", {"nvidia.com/gpu": "0"})]}
+    assert pod_requests(spec) == {"nvidia.com/gpu": 8}
+
+
+def test_container_without_resources_requests_nothing() -> None:
+    assert pod_requests({"containers": [{"name": "a", "image": "x"}, container("b")]}) == {}
+    assert pod_requests({}) == {}
+
+
+def test_pod_level_requests_win_for_cpu_and_memory() -> None:
+    spec = {
+        "resources": {"requests": {"cpu": "6", "memory": "24Gi"}},
+        "containers": [container("a", {"cpu": "1", "memory": "1Gi"}), container("b", {"cpu": "1"})],
+        "overhead": {"cpu": "100m"},
+    }
+    assert pod_requests(spec) == {"cpu": 6100, "memory": 24 * GiB}
+
+
+def test_pod_level_requests_keep_container_extended_resources() -> None:
+    # Pod-level resources cover cpu, memory and hugepages only; kube-scheduler still takes every
+    # other resource (here the GPUs) from the containers.
+    spec = {
+        "resources": {"requests": {"cpu": "6", "memory": "24Gi"}},
+        "containers": [container("trainer", {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "4"})],
+    }
+    assert pod_requests(spec) == {"cpu": 6000, "memory": 24 * GiB, "nvidia.com/gpu": 4}
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_add_and_subtract() -> None:
+    a = {"cpu": 1000, "memory": GiB}
+    b = {"cpu": 500, "nvidia.com/gpu": 1}
+    total = add(a, b)
+    assert total == {"cpu": 1500, "memory": GiB, "nvidia.com/gpu": 1}
+    assert a == {"cpu": 1000, "memory": GiB}  # inputs untouched
+    subtract_into(total, b)
+    assert total == a  # entries that reach zero are dropped
+    assert sum_all([a, b, b]) == {"cpu": 2000, "memory": GiB, "nvidia.com/gpu": 2}
