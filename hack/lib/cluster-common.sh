@@ -1,6 +1,6 @@
 # Shared settings and helpers for hack/cluster-up.sh and hack/cluster-down.sh.
 # Source it; do not run it.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # variables are used by the sourcing scripts
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
@@ -27,14 +27,14 @@ die() { log "ERROR: $*"; exit 1; }
 
 # pid_of NAME prints the pid of a component started by cluster-up.sh, if it is
 # still running. A pid is trusted only if its command line mentions
-# CLUSTER_DIR, so a recycled pid never gets signalled.
+# a path under CLUSTER_DIR, so a recycled pid never gets signalled.
 pid_of() {
   local file="$PID_DIR/$1.pid" pid cmd
   [[ -f "$file" ]] || return 1
   pid="$(<"$file")"
   [[ "$pid" =~ ^[0-9]+$ ]] || return 1
   cmd="$(ps -o args= -p "$pid" 2>/dev/null)" || return 1
-  [[ "$cmd" == *"$CLUSTER_DIR"* ]] || return 1
+  [[ "$cmd" == *"$CLUSTER_DIR/"* ]] || return 1
   printf '%s\n' "$pid"
 }
 

@@ -1,0 +1,361 @@
+#!/usr/bin/env bash
+# Start a real Kubernetes control plane on loopback, with kwok fake nodes and
+# Quorum as the scheduler extender of the "quorum" profile. No containers are
+# involved: every component is a local process.
+#
+#   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler
+#   (scheduler-config/kube-scheduler.yaml), kwok (hack/kwok/stages.yaml),
+#   Quorum (python -m extender, with its own ServiceAccount token and the
+#   RBAC from manifests/quorum-rbac.yaml)
+#
+# Any cluster started earlier from this checkout is stopped first; state lives
+# in .cache/cluster (kubeconfigs, certificates, logs, pids, etcd data).
+# Stop with hack/cluster-down.sh.
+#
+# Usage: hack/cluster-up.sh [options]
+#   --blocks N --racks N --nodes N   topology: blocks, racks per block, nodes per rack
+#   --cpu Q --memory Q --gpus N --pods N   allocatable of every node
+#   --no-quorum                      do not start Quorum (same as QUORUM_EXTERNAL=1)
+# Environment (defaults in brackets):
+#   K8S_VERSION [v1.37.1]  binaries from .cache/bin/<version> (built if missing)
+#   NODE_BLOCKS [2] NODE_RACKS_PER_BLOCK [4] NODE_NODES_PER_RACK [4]
+#   NODE_CPU [64] NODE_MEMORY [512Gi] NODE_GPUS [8] NODE_PODS [110]
+#   QUORUM_EXTERNAL [0]  1 = run Quorum yourself; the scheduler still calls
+#                        http://127.0.0.1:$QUORUM_PORT
+#   PYTHON               interpreter for Quorum [.venv/bin/python, else python3]
+#   ETCD_PORT [12379] ETCD_PEER_PORT [12380] APISERVER_PORT [16443]
+#   CONTROLLER_MANAGER_PORT [17257] SCHEDULER_PORT [17259] QUORUM_PORT [8888]
+#   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (space separated)
+#   READY_TIMEOUT [120]  seconds to wait for each component
+#   WORKLOAD_API [scheduling.k8s.io/v1beta1]  Workload API version to serve
+#                        (scheduling.k8s.io/v1alpha2 on 1.36)
+set -euo pipefail
+
+# shellcheck source=hack/lib/cluster-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
+
+QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
+READY_TIMEOUT="${READY_TIMEOUT:-120}"
+WORKLOAD_API="${WORKLOAD_API:-scheduling.k8s.io/v1beta1}"
+export NODE_BLOCKS="${NODE_BLOCKS:-2}" NODE_RACKS_PER_BLOCK="${NODE_RACKS_PER_BLOCK:-4}"
+export NODE_NODES_PER_RACK="${NODE_NODES_PER_RACK:-4}" NODE_CPU="${NODE_CPU:-64}"
+export NODE_MEMORY="${NODE_MEMORY:-512Gi}" NODE_GPUS="${NODE_GPUS:-8}" NODE_PODS="${NODE_PODS:-110}"
+
+while (($#)); do
+  case "$1" in
+    --blocks) NODE_BLOCKS="$2"; shift 2 ;;
+    --racks) NODE_RACKS_PER_BLOCK="$2"; shift 2 ;;
+    --nodes) NODE_NODES_PER_RACK="$2"; shift 2 ;;
+    --cpu) NODE_CPU="$2"; shift 2 ;;
+    --memory) NODE_MEMORY="$2"; shift 2 ;;
+    --gpus) NODE_GPUS="$2"; shift 2 ;;
+    --pods) NODE_PODS="$2"; shift 2 ;;
+    --no-quorum) QUORUM_EXTERNAL=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) die "unknown argument: $1 (see --help)" ;;
+  esac
+done
+
+if [[ -z "${PYTHON:-}" ]]; then
+  if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+for tool in curl openssl; do
+  command -v "$tool" >/dev/null || die "$tool is required"
+done
+
+started=$SECONDS
+KUBECTL="$BIN_DIR/kubectl"
+ADMIN_KUBECONFIG="$CLUSTER_DIR/kubeconfig"
+APISERVER_URL="https://127.0.0.1:$APISERVER_PORT"
+
+# --- binaries -----------------------------------------------------------------
+K8S_VERSION="$K8S_VERSION" QUORUM_CACHE="$QUORUM_CACHE" "$ROOT/hack/build-binaries.sh"
+
+# --- leftovers ----------------------------------------------------------------
+stop_all
+rm -rf "$CLUSTER_DIR"
+mkdir -p "$PKI_DIR" "$LOG_DIR" "$PID_DIR" "$CLUSTER_DIR/etcd"
+
+busy=()
+for var in ETCD_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT QUORUM_PORT; do
+  if [[ "$var" == QUORUM_PORT && "$QUORUM_EXTERNAL" == 1 ]]; then continue; fi
+  if port_in_use "${!var}"; then busy+=("$var=${!var}"); fi
+done
+((${#busy[@]} == 0)) || die "ports already in use by processes not started from this checkout: ${busy[*]} (stop them or override the variables)"
+
+# --- certificates -------------------------------------------------------------
+# A private CA signs the apiserver serving certificate and one client
+# certificate per component; a second CA backs the front-proxy (request header)
+# authentication that the scheduler and controller-manager look up; a separate
+# key pair signs ServiceAccount tokens.
+log "generating certificates"
+newkey() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+
+# new_ca NAME CN
+new_ca() {
+  newkey "$PKI_DIR/$1.key"
+  openssl req -x509 -new -key "$PKI_DIR/$1.key" -subj "/CN=$2" -days 3650 -out "$PKI_DIR/$1.crt" 2>/dev/null
+}
+
+# sign CA NAME SUBJECT EXTENSIONS
+sign() {
+  local ca="$1" name="$2" subject="$3" ext="$4"
+  newkey "$PKI_DIR/$name.key"
+  openssl req -new -key "$PKI_DIR/$name.key" -subj "$subject" -out "$PKI_DIR/$name.csr" 2>/dev/null
+  printf '%s\n' "$ext" >"$PKI_DIR/$name.ext"
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/$ca.crt" -CAkey "$PKI_DIR/$ca.key" \
+    -CAcreateserial -days 3650 -extfile "$PKI_DIR/$name.ext" -out "$PKI_DIR/$name.crt" 2>/dev/null
+  rm -f "$PKI_DIR/$name.csr" "$PKI_DIR/$name.ext"
+}
+client_ext=$'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth'
+new_ca ca quorum-local-ca
+new_ca front-proxy-ca quorum-local-front-proxy-ca
+sign ca apiserver "/CN=kube-apiserver" \
+  $'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local'
+sign ca admin "/O=system:masters/CN=quorum-admin" "$client_ext"
+sign ca controller-manager "/CN=system:kube-controller-manager" "$client_ext"
+sign ca scheduler "/CN=system:kube-scheduler" "$client_ext"
+sign ca kwok "/O=system:masters/CN=kwok" "$client_ext"
+sign front-proxy-ca front-proxy-client "/CN=front-proxy-client" "$client_ext"
+newkey "$PKI_DIR/sa.key"
+openssl pkey -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
+
+# write_kubeconfig FILE USER then either "cert NAME" or "token TOKEN"
+write_kubeconfig() {
+  local file="$1" user="$2" kind="$3" value="$4" creds
+  if [[ "$kind" == cert ]]; then
+    creds="    client-certificate: $PKI_DIR/$value.crt
+    client-key: $PKI_DIR/$value.key"
+  else
+    creds="    token: $value"
+  fi
+  (umask 077 && cat >"$file" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: quorum-local
+  cluster:
+    server: $APISERVER_URL
+    certificate-authority: $PKI_DIR/ca.crt
+users:
+- name: $user
+  user:
+$creds
+contexts:
+- name: quorum-local
+  context:
+    cluster: quorum-local
+    user: $user
+current-context: quorum-local
+EOF
+  )
+}
+write_kubeconfig "$ADMIN_KUBECONFIG" quorum-admin cert admin
+write_kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" system:kube-controller-manager cert controller-manager
+write_kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" system:kube-scheduler cert scheduler
+write_kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" kwok cert kwok
+
+# --- process helpers ----------------------------------------------------------
+# start NAME COMMAND... runs COMMAND in its own session, logging to logs/NAME.log.
+start() {
+  local name="$1"; shift
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$PID_DIR/$name.pid"
+}
+
+# fail NAME REASON reports a component that did not become healthy and exits.
+fail() {
+  local name="$1" reason="$2" logfile="$LOG_DIR/$1.log"
+  log "ERROR: $name failed: $reason"
+  if [[ -f "$logfile" ]]; then
+    log "last lines of $logfile:"
+    tail -n 25 "$logfile" | sed 's/^/    /' >&2
+  fi
+  log "other components keep running; inspect ${LOG_DIR#"$ROOT"/}/ and stop them with hack/cluster-down.sh"
+  exit 1
+}
+
+# wait_for NAME DESCRIPTION COMMAND... retries COMMAND until it succeeds, the
+# component's process exits, or READY_TIMEOUT passes.
+wait_for() {
+  local name="$1" what="$2" deadline=$((SECONDS + READY_TIMEOUT)); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if [[ -f "$PID_DIR/$name.pid" ]] && ! pid_of "$name" >/dev/null; then
+      fail "$name" "process exited before $what"
+    fi
+    ((SECONDS < deadline)) || fail "$name" "no $what within ${READY_TIMEOUT}s"
+    sleep 0.5
+  done
+  log "$name: $what"
+}
+
+https_ok() { curl -sfk --max-time 3 "https://127.0.0.1:$1$2"; }
+kubectl_admin() { "$KUBECTL" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+
+# --- etcd -----------------------------------------------------------------------
+log "starting etcd on 127.0.0.1:$ETCD_PORT"
+start etcd "$BIN_DIR/etcd" \
+  --name quorum-local \
+  --data-dir "$CLUSTER_DIR/etcd" \
+  --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster "quorum-local=http://127.0.0.1:$ETCD_PEER_PORT" \
+  --unsafe-no-fsync \
+  --quota-backend-bytes 8589934592 \
+  --log-level warn
+wait_for etcd "healthy" curl -sf --max-time 3 "http://127.0.0.1:$ETCD_PORT/health"
+
+# --- kube-apiserver -------------------------------------------------------------
+log "starting kube-apiserver on $APISERVER_URL"
+# shellcheck disable=SC2086
+start kube-apiserver "$BIN_DIR/kube-apiserver" \
+  --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+  --bind-address 127.0.0.1 \
+  --advertise-address 127.0.0.1 \
+  --secure-port "$APISERVER_PORT" \
+  --tls-cert-file "$PKI_DIR/apiserver.crt" \
+  --tls-private-key-file "$PKI_DIR/apiserver.key" \
+  --client-ca-file "$PKI_DIR/ca.crt" \
+  --requestheader-client-ca-file "$PKI_DIR/front-proxy-ca.crt" \
+  --requestheader-allowed-names front-proxy-client \
+  --requestheader-username-headers X-Remote-User \
+  --requestheader-group-headers X-Remote-Group \
+  --requestheader-extra-headers-prefix X-Remote-Extra- \
+  --proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" \
+  --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
+  --authorization-mode RBAC \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI_DIR/sa.pub" \
+  --service-account-signing-key-file "$PKI_DIR/sa.key" \
+  --service-cluster-ip-range 10.0.0.0/24 \
+  --endpoint-reconciler-type none \
+  --disable-admission-plugins ServiceAccount \
+  --feature-gates GenericWorkload=true \
+  --runtime-config "$WORKLOAD_API=true" \
+  --profiling=false \
+  ${APISERVER_EXTRA_ARGS:-}
+wait_for kube-apiserver "ready (/readyz)" \
+  curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" "$APISERVER_URL/readyz"
+
+# --- kube-controller-manager ----------------------------------------------------
+log "starting kube-controller-manager on 127.0.0.1:$CONTROLLER_MANAGER_PORT"
+start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+  --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 \
+  --secure-port "$CONTROLLER_MANAGER_PORT" \
+  --cert-dir "$CLUSTER_DIR/controller-manager-certs" \
+  --leader-elect=false \
+  --use-service-account-credentials \
+  --service-account-private-key-file "$PKI_DIR/sa.key" \
+  --root-ca-file "$PKI_DIR/ca.crt" \
+  --cluster-signing-cert-file "$PKI_DIR/ca.crt" \
+  --cluster-signing-key-file "$PKI_DIR/ca.key" \
+  --feature-gates GenericWorkload=true \
+  --kube-api-qps 200 --kube-api-burst 400 \
+  --profiling=false
+
+# --- kube-scheduler -------------------------------------------------------------
+# The committed configuration, with only the kubeconfig and the extender URL
+# pointed at this cluster.
+SCHED_CONFIG="$CLUSTER_DIR/kube-scheduler.yaml"
+sed -e "s#^\(  kubeconfig:\) \"\".*#\1 \"$CLUSTER_DIR/scheduler.kubeconfig\"#" \
+    -e "s#^\(- urlPrefix:\) http://127.0.0.1:8888\$#\1 http://127.0.0.1:$QUORUM_PORT#" \
+    "$ROOT/scheduler-config/kube-scheduler.yaml" >"$SCHED_CONFIG"
+if ! grep -q "kubeconfig: \"$CLUSTER_DIR/scheduler.kubeconfig\"" "$SCHED_CONFIG" \
+  || ! grep -q "urlPrefix: http://127.0.0.1:$QUORUM_PORT\$" "$SCHED_CONFIG"; then
+  die "could not rewrite clientConnection.kubeconfig / extender urlPrefix in scheduler-config/kube-scheduler.yaml"
+fi
+
+log "starting kube-scheduler on 127.0.0.1:$SCHEDULER_PORT (extender http://127.0.0.1:$QUORUM_PORT)"
+# shellcheck disable=SC2086
+start kube-scheduler "$BIN_DIR/kube-scheduler" \
+  --config "$SCHED_CONFIG" \
+  --authentication-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+  --authorization-kubeconfig "$CLUSTER_DIR/scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 \
+  --secure-port "$SCHEDULER_PORT" \
+  --cert-dir "$CLUSTER_DIR/scheduler-certs" \
+  --feature-gates GenericWorkload=false \
+  --profiling=false \
+  ${SCHEDULER_EXTRA_ARGS:-}
+
+# --- kwok and nodes -------------------------------------------------------------
+cat >"$CLUSTER_DIR/kwok.yaml" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  manageAllNodes: false
+  manageNodesWithAnnotationSelector: kwok.x-k8s.io/node=fake
+  cidr: 10.64.0.0/12
+  nodeIP: 10.63.0.1
+  nodeLeaseDurationSeconds: 40
+  nodeLeaseParallelism: 4
+  nodePlayStageParallelism: 4
+  podPlayStageParallelism: 4
+  podsOnNodeSyncParallelism: 4
+EOF
+log "starting kwok"
+start kwok "$BIN_DIR/kwok" \
+  --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \
+  --config "$CLUSTER_DIR/kwok.yaml" \
+  --config "$ROOT/hack/kwok/stages.yaml"
+
+node_count=$((NODE_BLOCKS * NODE_RACKS_PER_BLOCK * NODE_NODES_PER_RACK))
+log "creating $node_count nodes ($NODE_BLOCKS blocks x $NODE_RACKS_PER_BLOCK racks x $NODE_NODES_PER_RACK nodes; cpu $NODE_CPU, memory $NODE_MEMORY, nvidia.com/gpu $NODE_GPUS, pods $NODE_PODS)"
+"$ROOT/hack/gen-nodes.sh" >"$CLUSTER_DIR/nodes.yaml"
+kubectl_admin apply -f "$CLUSTER_DIR/nodes.yaml" >/dev/null
+
+# --- Quorum's identity ------------------------------------------------------------
+kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" >/dev/null
+QUORUM_KUBECONFIG_FILE="$CLUSTER_DIR/quorum.kubeconfig"
+token="$(kubectl_admin -n quorum-system create token quorum --duration 720h)"
+write_kubeconfig "$QUORUM_KUBECONFIG_FILE" quorum token "$token"
+unset token
+
+# --- Quorum -------------------------------------------------------------------------
+if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
+  log "starting Quorum on 127.0.0.1:$QUORUM_PORT ($PYTHON -m extender)"
+  (
+    cd "$ROOT"
+    export QUORUM_HOST=127.0.0.1 QUORUM_PORT QUORUM_KUBECONFIG="$QUORUM_KUBECONFIG_FILE"
+    start quorum "$PYTHON" -m extender \
+      --config "$ROOT/scheduler-config/quorum.yaml" \
+      --kubeconfig "$QUORUM_KUBECONFIG_FILE" \
+      --host 127.0.0.1 \
+      --port "$QUORUM_PORT"
+  )
+fi
+
+# --- health ---------------------------------------------------------------------------
+wait_for kube-controller-manager "healthy (/healthz)" https_ok "$CONTROLLER_MANAGER_PORT" /healthz
+wait_for kube-scheduler "healthy (/healthz)" https_ok "$SCHEDULER_PORT" /healthz
+wait_for kwok "all $node_count nodes Ready" \
+  kubectl_admin wait --for=condition=Ready nodes -l type=kwok --timeout=5s
+if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
+  wait_for quorum "ready (/readyz)" curl -sf --max-time 3 "http://127.0.0.1:$QUORUM_PORT/readyz"
+fi
+
+cat >"$CLUSTER_DIR/env" <<EOF
+export KUBECONFIG="$ADMIN_KUBECONFIG"
+export PATH="$BIN_DIR:\$PATH"
+export QUORUM_URL="http://127.0.0.1:$QUORUM_PORT"
+export QUORUM_LOCAL_KUBECONFIG="$QUORUM_KUBECONFIG_FILE"
+EOF
+
+log "cluster is up in $((SECONDS - started))s (Kubernetes $K8S_VERSION, $node_count kwok nodes)"
+if [[ "$QUORUM_EXTERNAL" == 1 ]]; then
+  log "Quorum was not started (QUORUM_EXTERNAL=1); run it with:"
+  log "  python -m extender --config scheduler-config/quorum.yaml --kubeconfig $QUORUM_KUBECONFIG_FILE --port $QUORUM_PORT"
+fi
+cat <<EOF
+# Use the cluster with:
+#   source ${CLUSTER_DIR#"$ROOT"/}/env
+export KUBECONFIG="$ADMIN_KUBECONFIG"
+export PATH="$BIN_DIR:\$PATH"
+# logs: ${LOG_DIR#"$ROOT"/}/   stop: hack/cluster-down.sh
+EOF
