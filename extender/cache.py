@@ -46,6 +46,9 @@ class ClusterCache:
         # Bumped whenever a domain turns empty or non-empty; scores of pods outside gangs depend
         # only on that, so cached scores stay valid until it moves.
         self.occupancy_epoch = 0
+        # Free capacity per node, computed on first use and dropped when the node or its pods change;
+        # shared read-only with callers so building placement candidates copies nothing.
+        self._free: dict[str, Resources] = {}
         self.listeners: list[Listener] = []
         self.version = 0  # bumped on every change that can alter capacity or gangs
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
@@ -74,6 +77,7 @@ class ClusterCache:
     def _account(self, pod: PodRecord, sign: int) -> None:
         if not pod.holds_capacity:
             return
+        self._free.pop(pod.node_name, None)
         used = self.node_used[pod.node_name]
         if sign > 0:
             add_into(used, pod.requests)
@@ -98,6 +102,7 @@ class ClusterCache:
             self._index_node_domains(record, +1)
             self._recount_node_domains(record.name, +1)
         self.nodes[record.name] = record
+        self._free.pop(record.name, None)
         self.version += 1
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
@@ -132,6 +137,7 @@ class ClusterCache:
         self._recount_node_domains(name, -1)
         self._index_node_domains(node, -1)
         del self.nodes[name]
+        self._free.pop(name, None)
         self.version += 1
         self._emit(CacheEvent("node-removed", name))
 
@@ -227,11 +233,17 @@ class ClusterCache:
 
     # --- queries -------------------------------------------------------------------------
     def free_on(self, node: NodeRecord) -> tuple[Resources, int]:
-        """Allocatable minus requests of pods bound there (reservations are the coordinator's)."""
-        free = dict(node.allocatable)
-        used = self.node_used.get(node.name)
-        if used:
-            subtract_into(free, used)
+        """Allocatable minus requests of pods bound there (reservations are the coordinator's).
+
+        The returned dict is shared: callers must copy it before changing it.
+        """
+        free = self._free.get(node.name)
+        if free is None:
+            free = dict(node.allocatable)
+            used = self.node_used.get(node.name)
+            if used:
+                subtract_into(free, used)
+            self._free[node.name] = free
         return free, node.pods_allocatable - self.node_pod_count.get(node.name, 0)
 
     def members(self, gang_key: str) -> list[PodRecord]:

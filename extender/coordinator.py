@@ -33,7 +33,7 @@ from .metrics import Metrics
 from .placement import CandidateNode, Member, NoFit, Placement, fits, format_resources, place_gang
 from .records import GangSpec, PodRecord
 from .resources import Resources, add_into, pod_requests, subtract_into
-from .scoring import anchor_paths, distance_score, occupancy_score
+from .scoring import distance_score_for_depth, occupancy_score
 from .wire import host_priority_fragment
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,7 @@ class Coordinator:
         self.inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
         self._occupancy_epoch = -1
         self._occupancy_fragments: dict[str, bytes] = {}
+        self._score_fragments: list[dict[str, bytes]] = [{} for _ in range(11)]
         self._tasks: set[asyncio.Task[Any]] = set()
         cache.listeners.append(self.on_cache_event)
 
@@ -155,13 +156,16 @@ class Coordinator:
             return None
         free, pods_free = self.cache.free_on(node)
         reserved = self.reserved_on_node.get(node_name)
+        inflight = self.inflight_on_node.get(node_name)
+        if not reserved and not inflight:
+            return free, pods_free  # shared, read-only: the common case copies nothing
+        free = dict(free)
         if reserved:
             slots = self.reserved_slots[node_name]
             for gang, amount in reserved.items():
                 if gang != exclude_gang:
                     subtract_into(free, amount)
                     pods_free -= slots.get(gang, 0)
-        inflight = self.inflight_on_node.get(node_name)
         if inflight:
             for requests in inflight.values():
                 subtract_into(free, requests)
@@ -427,21 +431,21 @@ class Coordinator:
         """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
         if not self.reserved_on_node:
             return FilterDecision(candidates)
+        # Decide the (few) reserved nodes first, then drop them from the candidates in one pass.
         requests = pod_requests(pod.get("spec") or {})
-        passing: list[str] = []
         unresolvable: dict[str, str] = {}
-        reserved = self.reserved_on_node
-        for name in candidates:
-            gangs = reserved.get(name)
-            if gangs is None or (own_gang is not None and list(gangs) == [own_gang]):
-                passing.append(name)
+        for name, gangs in self.reserved_on_node.items():
+            if own_gang is not None and list(gangs) == [own_gang]:
                 continue
             free = self._free(name, None)
-            if free is not None and fits(free[0], free[1], requests):
-                passing.append(name)
-            else:
-                holders = ", ".join(sorted(gangs))
-                unresolvable[name] = f"capacity reserved for gang {holders}"
+            if free is None or not fits(free[0], free[1], requests):
+                unresolvable[name] = f"capacity reserved for gang {', '.join(sorted(gangs))}"
+        if not unresolvable:
+            return FilterDecision(candidates)
+        passing = [name for name in candidates if name not in unresolvable]
+        if len(passing) + len(unresolvable) != len(candidates):
+            wanted = set(candidates)
+            unresolvable = {n: r for n, r in unresolvable.items() if n in wanted}
         return FilterDecision(passing, {}, unresolvable)
 
     # ------------------------------------------------------------------ prioritize
@@ -450,12 +454,32 @@ class Coordinator:
         if key is not None:
             nodes = self._gang_nodes(key)
             if nodes:
-                anchors = anchor_paths([n.paths for n in nodes])
-                return [
-                    host_priority_fragment(name, distance_score(self._paths(name), anchors))
-                    for name in candidates
-                ]
+                return self._distance_fragments_for(nodes, candidates)
         return self._occupancy_fragments_for(candidates)
+
+    def _fragment(self, name: str, score: int) -> bytes:
+        cache = self._score_fragments[score]
+        fragment = cache.get(name)
+        if fragment is None:
+            fragment = cache[name] = host_priority_fragment(name, score)
+        return fragment
+
+    def _distance_fragments_for(self, nodes: list[Any], candidates: list[str]) -> list[bytes]:
+        """Score by distance from the gang, touching only nodes inside the gang's domains."""
+        levels = len(self.config.levels)
+        scores: dict[str, int] = {}
+        for depth in range(levels):  # shallow to deep: deeper (closer) domains overwrite
+            value = distance_score_for_depth(depth, levels)
+            for path in {n.paths[depth] for n in nodes if n.paths[depth]}:
+                for name in self.cache.domain_nodes.get(path, ()):
+                    scores[name] = value
+        zero = self._score_fragments[0]
+        out: list[bytes] = []
+        for name in candidates:
+            score = scores.get(name, 0)
+            fragment = (zero if score == 0 else self._score_fragments[score]).get(name)
+            out.append(fragment if fragment is not None else self._fragment(name, score))
+        return out
 
     def _paths(self, name: str) -> tuple[str, ...]:
         node = self.cache.nodes.get(name)
@@ -471,14 +495,13 @@ class Coordinator:
             self._occupancy_fragments = {}
             self._occupancy_epoch = self.cache.occupancy_epoch
         cached = self._occupancy_fragments
-        out: list[bytes] = []
-        for name in candidates:
-            fragment = cached.get(name)
+        out = list(map(cached.get, candidates))
+        for i, fragment in enumerate(out):
             if fragment is None:
+                name = candidates[i]
                 score = occupancy_score(self._paths(name), self.cache.domain_pods)
-                fragment = cached[name] = host_priority_fragment(name, score)
-            out.append(fragment)
-        return out
+                out[i] = cached[name] = self._fragment(name, score)
+        return out  # type: ignore[return-value]  # every None was replaced above
 
     # ------------------------------------------------------------------ bind
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:

@@ -24,8 +24,13 @@ def distance_score(paths: Sequence[str], anchors: Collection[str]) -> int:
     for depth in range(levels - 1, -1, -1):
         path = paths[depth]
         if path and path in anchors:
-            return round(MAX_SCORE * (depth + 1) / levels)
+            return distance_score_for_depth(depth, levels)
     return 0
+
+
+def distance_score_for_depth(depth: int, levels: int) -> int:
+    """Score of a node whose deepest domain shared with the gang is at ``depth`` (0 = top level)."""
+    return round(MAX_SCORE * (depth + 1) / levels)
 
 
 def occupancy_score(paths: Sequence[str], domain_pods: Mapping[str, int]) -> int:

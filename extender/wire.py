@@ -146,8 +146,12 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
     names = _get(doc, "NodeNames")
     nodes = _get(doc, "Nodes")
     if names is not None:
-        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        if not isinstance(names, list):
             raise WireError("NodeNames: must be a list of strings")
+        try:
+            "".join(names)  # a C-speed type check: raises TypeError on any non-string
+        except TypeError:
+            raise WireError("NodeNames: must be a list of strings") from None
         return ExtenderArgs(pod, names, None)
     if nodes is not None:
         if not isinstance(nodes, dict):
@@ -248,9 +252,17 @@ def filter_result(
     )
 
 
+_SCORE_SUFFIX = [f',"Score":{score}}}'.encode() for score in range(11)]
+
+
 def host_priority_fragment(host: str, score: int) -> bytes:
-    """One pre-encoded HostPriority entry; the server joins cached fragments into the list."""
-    return orjson.dumps({"Host": host, "Score": score})
+    """One pre-encoded HostPriority entry; the server joins cached fragments into the list.
+
+    Built by concatenation: small exact-size bytes (orjson.dumps buffers are KiBs each, which adds
+    up to tens of MiB when one is cached per node).
+    """
+    suffix = _SCORE_SUFFIX[score] if 0 <= score <= 10 else f',"Score":{score}}}'.encode()
+    return b'{"Host":' + orjson.dumps(host) + suffix
 
 
 def host_priority_list(fragments: list[bytes]) -> bytes:

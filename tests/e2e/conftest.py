@@ -1,0 +1,200 @@
+"""Fixtures for the end-to-end suite.
+
+Runs against the cluster in ``KUBECONFIG`` (default: the local one from hack/cluster-up.sh,
+``.cache/cluster/kubeconfig``) whose kube-scheduler profile ``quorum`` calls Quorum at ``QUORUM_URL``
+(default http://127.0.0.1:8888). Every test gets its own namespace and a ``GangWatcher``; the
+namespace's pods are deleted (grace period 0) and gone before the next test starts.
+
+    python -m pytest -m e2e tests/e2e -q -x -s
+
+Per-test durations and the measurements tests record (bind skew, ...) are printed at the end of the
+session and written to ``.cache/e2e/results.json`` (``QUORUM_E2E_RESULTS`` to move it).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
+from .scenario import GangWatcher, Scenario
+
+RESULTS: dict[str, dict[str, Any]] = {}
+
+
+# ------------------------------------------------------------------------------------ session
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def kube(settings: Settings) -> Kube:
+    try:
+        kube = Kube(settings.kubeconfig)
+        kube.core.list_namespace(limit=1, _request_timeout=10)
+    except Exception as exc:
+        pytest.fail(f"cannot reach the cluster from KUBECONFIG={settings.kubeconfig}: {exc}\n"
+                    "(start the local one with hack/cluster-up.sh or point KUBECONFIG elsewhere)",
+                    pytrace=False)
+    return kube
+
+
+@pytest.fixture(scope="session")
+def quorum(settings: Settings) -> Quorum:
+    quorum = Quorum(settings.quorum_url)
+    if not wait(quorum.ready, timeout=30, interval=0.5):
+        pytest.fail(f"Quorum at QUORUM_URL={settings.quorum_url} is not ready (/readyz)", pytrace=False)
+    return quorum
+
+
+@pytest.fixture(scope="session")
+def topology(kube: Kube, quorum: Quorum, settings: Settings) -> Topology:
+    leftovers = [ns["metadata"]["name"] for ns in
+                 Kube.raw(kube.core.list_namespace, label_selector=f"{E2E_LABEL}=true")["items"]]
+    for namespace in leftovers:
+        cleanup_namespace(kube, namespace)
+    try:
+        topo = Topology.discover(kube, settings)
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if not topo.nodes:
+        pytest.fail(f"no Ready nodes with {settings.gpu_resource} allocatable", pytrace=False)
+    busy = wait_idle(kube, quorum, settings, topo, timeout=30)
+    if busy:
+        pytest.fail(f"the cluster is not idle, the scenarios need every GPU free: {busy}", pytrace=False)
+    return topo
+
+
+def wait_idle(kube: Kube, quorum: Quorum, settings: Settings, topo: Topology, timeout: float) -> str:
+    """Wait until no GPU is in use on the topology nodes and Quorum holds no reservation; else say why."""
+    state = {"why": ""}
+
+    def idle() -> bool:
+        used = gpu_usage(kube.all_pods(), settings.gpu_resource, topo.nodes)
+        reserved = quorum.debug().get("reservedPods", 0)
+        state["why"] = f"GPUs in use {used}, Quorum reservedPods={reserved}" if used or reserved else ""
+        return not state["why"]
+
+    wait(idle, timeout=timeout, interval=0.5)
+    return state["why"]
+
+
+def cleanup_namespace(kube: Kube, namespace: str, timeout: float = 90) -> str:
+    """Delete everything the test created (pods with grace period 0) and wait for the pods to be gone."""
+    try:
+        kube.batch.delete_collection_namespaced_job(namespace, propagation_policy="Background",
+                                                    _request_timeout=30)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    started = time.monotonic()
+    last_delete = 0.0
+    while True:
+        pods = kube.pods(namespace)
+        if not pods:
+            break
+        elapsed = time.monotonic() - started
+        if elapsed > timeout:
+            return f"pods still present {timeout:g}s after deletion: {[p['metadata']['name'] for p in pods]}"
+        if time.monotonic() - last_delete > 5:
+            last_delete = time.monotonic()
+            for pod in pods:
+                meta = pod["metadata"]
+                if elapsed > 20 and meta.get("finalizers"):
+                    # Job pods keep a tracking finalizer until the Job controller drops it.
+                    try:
+                        unfinalize = {"metadata": {"finalizers": None}}
+                        kube.core.patch_namespaced_pod(meta["name"], namespace, unfinalize,
+                                                       _request_timeout=30)
+                    except ApiException:
+                        pass
+                kube.delete_pod(namespace, meta["name"])
+        time.sleep(0.3)
+    group, version, plural = PODGROUP_API
+    try:
+        kube.custom.delete_collection_namespaced_custom_object(group, version, namespace, plural,
+                                                               _request_timeout=30)
+    except ApiException:
+        pass
+    try:
+        kube.core.delete_namespace(namespace, _request_timeout=30)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    return ""
+
+
+# ------------------------------------------------------------------------------------ per test
+@pytest.fixture
+def scenario(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, settings: Settings,
+             topology: Topology) -> Iterator[Scenario]:
+    busy = wait_idle(kube, quorum, settings, topology, timeout=60)
+    if busy:
+        pytest.fail(f"cluster not idle before {request.node.name}: {busy}", pytrace=False)
+    short = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:40].strip("-")
+    namespace = f"e2e-{short}-{secrets.token_hex(2)}"
+    kube.create_namespace(namespace, {E2E_LABEL: "true"})
+    watcher = GangWatcher(kube.fork(), quorum, namespace)
+    record = RESULTS.setdefault(request.node.nodeid, {}).setdefault("measurements", {}).__setitem__
+    sc = Scenario(settings, kube, quorum, topology, namespace, watcher, record)
+    try:
+        watcher.start()
+        yield sc
+    finally:
+        watcher.stop()
+        problem = cleanup_namespace(kube, namespace)
+    if problem:
+        pytest.fail(f"cleanup of {namespace}: {problem}", pytrace=False)
+    if not sc.finished and not watcher.raised:
+        watcher.check()  # a violation the test body never got to report
+
+
+# ------------------------------------------------------------------------------------ reporting
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if "/e2e/" not in report.nodeid.replace("\\", "/"):
+        return
+    entry = RESULTS.setdefault(report.nodeid, {})
+    entry.setdefault("seconds", {})[report.when] = round(report.duration, 2)
+    phases = entry.setdefault("phases", {})
+    phases[report.when] = report.outcome
+    if phases.get("call") == "failed":
+        entry["outcome"] = "failed"
+    elif "failed" in phases.values():
+        entry["outcome"] = "error"
+    elif "skipped" in phases.values():
+        entry["outcome"] = "skipped"
+    else:
+        entry["outcome"] = "passed"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    ran = {k: v for k, v in RESULTS.items() if "seconds" in v}
+    if not ran:
+        return
+    settings = Settings.from_env()
+    tr = terminalreporter
+    tr.section("Quorum e2e summary")
+    total = 0.0
+    for nodeid, entry in ran.items():
+        seconds = sum(entry["seconds"].values())
+        total += seconds
+        tr.write_line(f"{entry.get('outcome', '?'):<8} {seconds:7.1f}s  {nodeid.split('::')[-1]}")
+        for key, value in (entry.get("measurements") or {}).items():
+            tr.write_line(f"{'':18}{key}: {json.dumps(value, sort_keys=True)}")
+    tr.write_line(f"{'total':<8} {total:7.1f}s")
+    try:
+        settings.results_dir.mkdir(parents=True, exist_ok=True)
+        path = settings.results_dir / "results.json"
+        doc = {"total_seconds": round(total, 1), "tests": ran}
+        path.write_text(json.dumps(doc, indent=2, sort_keys=True))
+        tr.write_line(f"results written to {path}")
+    except OSError as exc:
+        tr.write_line(f"(could not write results: {exc})")
