@@ -310,12 +310,14 @@ class Coordinator:
             wait = state.backoff_until - now
             return _reject_all(candidates, f"gang {key}: {state.last_reason} ({wait:.0f}s left)")
 
-        alive = [m for m in members if not m.terminal and not m.deleting]
+        alive = [m for m in members if m.counts_for_quorum]
         if len(alive) < spec.min_count:
             missing = spec.min_count - len(alive)
+            gated = sum(1 for m in members if m.gated and not m.terminal and not m.deleting)
+            held_back = f" ({gated} held by scheduling gates)" if gated else ""
             return _reject_all(
                 candidates,
-                f"gang {key}: {len(alive)}/{spec.min_count} pods exist, waiting for {missing}",
+                f"gang {key}: {len(alive)}/{spec.min_count} pods exist{held_back}, waiting for {missing}",
             )
         if state.reservation:
             # Reservation exists but this member is not in it (it appeared afterwards, before quorum):
@@ -715,7 +717,7 @@ class Coordinator:
             return RESERVED
         if state.backoff_until > self.clock():
             return BACKOFF
-        alive = sum(1 for m in members if not m.terminal and not m.deleting)
+        alive = sum(1 for m in members if m.counts_for_quorum)
         if alive < spec.min_count:
             return WAITING_FOR_MEMBERS
         return PENDING

@@ -35,6 +35,7 @@ class PodRecord:
     deleting: bool
     gang_key: str | None
     scheduler_name: str = ""
+    gated: bool = False  # spec.schedulingGates set: kube-scheduler will not try it yet
 
     @property
     def key(self) -> str:
@@ -47,8 +48,15 @@ class PodRecord:
 
     @property
     def pending(self) -> bool:
-        """Waiting for a node: neither bound, finished nor being deleted."""
-        return not self.node_name and not self.terminal and not self.deleting
+        """Ready for a node: not bound, finished, being deleted or held back by a scheduling gate."""
+        return not self.node_name and not self.terminal and not self.deleting and not self.gated
+
+    @property
+    def counts_for_quorum(self) -> bool:
+        """Bound, or pending and schedulable now. Gated pods wait outside the gang (as with
+        kube-scheduler's own PreEnqueue), so a gang never reserves capacity for a pod that a
+        queueing controller may hold back for a long time."""
+        return self.holds_capacity or self.pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,4 +119,5 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         deleting=bool(meta.get("deletionTimestamp")),
         gang_key=gang_key,
         scheduler_name=spec.get("schedulerName") or "",
+        gated=bool(spec.get("schedulingGates")),
     )

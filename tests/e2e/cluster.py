@@ -25,6 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ANN_GANG = "quorum.dev/gang"
+ADMIT_LABEL = "e2e.quorum.dev/admit"
+ADMIT_VALUE = "yes"
 ANN_MIN_COUNT = "quorum.dev/min-count"
 ANN_REQUIRED = "quorum.dev/required-topology"
 ANN_PREFERRED = "quorum.dev/preferred-topology"
@@ -151,9 +153,20 @@ class Kube:
         self.custom.create_namespaced_custom_object(group, version, namespace, plural, body,
                                                     _request_timeout=30)
 
-    def remove_scheduling_gates(self, namespace: str, name: str) -> None:
-        self.core.patch_namespaced_pod(name, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}],
-                                       _content_type="application/json-patch+json", _request_timeout=30)
+    def admit_blocked(self) -> None:
+        """Label every node so that blocked pods (see ``pod_manifest``) pass kube-scheduler's filters."""
+        for name in self._node_names():
+            patch = {"metadata": {"labels": {ADMIT_LABEL: ADMIT_VALUE}}}
+            self.core.patch_node(name, patch, _request_timeout=30)
+
+    def close_admission(self) -> None:
+        """Remove the label ``admit_blocked`` set, so the next scenario starts from a clean cluster."""
+        for name in self._node_names(ADMIT_LABEL):
+            self.core.patch_node(name, {"metadata": {"labels": {ADMIT_LABEL: None}}}, _request_timeout=30)
+
+    def _node_names(self, selector: str = "") -> list[str]:
+        nodes = self.core.list_node(label_selector=selector, _request_timeout=30).items
+        return [n.metadata.name for n in nodes if n.metadata is not None and n.metadata.name]
 
 
 # ------------------------------------------------------------------------------------------ Quorum
@@ -360,7 +373,7 @@ def pod_manifest(
     required: str | None = None,
     preferred: str | None = None,
     pod_group: str | None = None,
-    gated: bool = False,
+    blocked: bool = False,
     node_selector: Mapping[str, str] | None = None,
     node_name: str | None = None,
     role: str = "member",
@@ -392,10 +405,13 @@ def pod_manifest(
     }
     if pod_group:
         spec["schedulingGroup"] = {"podGroupName": pod_group}
-    if gated:
-        spec["schedulingGates"] = [{"name": "e2e.quorum.dev/hold"}]
-    if node_selector:
-        spec["nodeSelector"] = dict(node_selector)
+    selector = dict(node_selector or {})
+    if blocked:
+        # kube-scheduler's own filters reject this pod until some node carries the label, so the
+        # pod exists (and counts for its gang) but never reaches Quorum: its gang mates wait at bind.
+        selector[ADMIT_LABEL] = ADMIT_VALUE
+    if selector:
+        spec["nodeSelector"] = selector
     if node_name:
         spec["nodeName"] = node_name
     labels = {E2E_LABEL: "true", ROLE_LABEL: role}

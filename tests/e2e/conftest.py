@@ -151,6 +151,7 @@ def scenario(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, setting
     finally:
         watcher.stop()
         problem = cleanup_namespace(kube, namespace)
+        kube.close_admission()
     if problem:
         pytest.fail(f"cleanup of {namespace}: {problem}", pytrace=False)
     if not sc.finished and not watcher.raised:

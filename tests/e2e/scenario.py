@@ -253,22 +253,23 @@ class Scenario:
         return pod_manifest(self.settings, name, **kwargs)
 
     def gang(self, name: str, size: int, *, gpus: int, min_count: int | None = None,
-             required: str | None = None, preferred: str | None = None, gated: Iterable[int] = (),
+             required: str | None = None, preferred: str | None = None, blocked: Iterable[int] = (),
              first: int = 0, create: bool = True) -> list[dict[str, Any]]:
-        """Annotation gang members ``name-<i>``; ``gated`` indexes get a scheduling gate.
+        """Annotation gang members ``name-<i>``; ``blocked`` indexes cannot pass kube-scheduler's own
+        filters until ``Kube.admit_blocked`` (see ``pod_manifest``).
 
-        Gated members come first in the returned list (and are created first): Quorum places a gang
-        when a member is filtered while all minCount members exist, and a gated member is never
-        filtered, so it must exist before the last ungated member is.
+        Blocked members come first in the returned list (and are created first): Quorum places a
+        gang when a member is filtered while all minCount members exist, and a blocked member is
+        never filtered, so it must exist before the last other member is.
         """
-        gated = set(gated)
+        blocked = set(blocked)
         manifests = [self.pod(f"{name}-{i}", gpus=gpus, gang=name,
                               min_count=size if min_count is None else min_count,
-                              required=required, preferred=preferred, gated=i in gated)
-                     for i in sorted(range(first, first + size), key=lambda i: i not in gated)]
-        if gated and create:
-            self.create([m for m in manifests if m["spec"].get("schedulingGates")])
-            self.create([m for m in manifests if not m["spec"].get("schedulingGates")])
+                              required=required, preferred=preferred, blocked=i in blocked)
+                     for i in sorted(range(first, first + size), key=lambda i: i not in blocked)]
+        if blocked and create:
+            self.create(manifests[: len(blocked)])
+            self.create(manifests[len(blocked):])
             return manifests
         if create:
             self.create(manifests)
@@ -382,6 +383,8 @@ class Scenario:
             flags = []
             if (pod.get("spec") or {}).get("schedulingGates"):
                 flags.append("gated")
+            if ((pod.get("spec") or {}).get("nodeSelector") or {}).get("e2e.quorum.dev/admit"):
+                flags.append("blocked")
             if is_deleting(pod):
                 flags.append("deleting")
             lines.append(f"  {name:<24} gang={gang_of(pod) or '-':<12} node={node_of(pod) or '-':<16} "

@@ -1,9 +1,10 @@
 """Reservations of a gang that is held at bind.
 
-A member with a scheduling gate exists (so it counts towards minCount and is part of the gang's
-placement) but kube-scheduler does not schedule it until the gate is removed. The other members
-therefore reach bind and are *held* there by Quorum, with the whole gang's placement reserved —
-for at most the bind timeout (30 s by default), so these scenarios act within a few seconds.
+One member has a node selector that no node matches yet: it exists (so it counts towards minCount
+and is part of the gang's placement) but kube-scheduler's own filters reject it, so it never reaches
+Quorum. The other members therefore reach bind and are *held* there by Quorum, with the whole gang's
+placement reserved — for at most the bind timeout (30 s by default), so these scenarios act within
+a few seconds. (A scheduling gate would not do: Quorum leaves gated pods out of a gang's quorum.)
 """
 
 from __future__ import annotations
@@ -43,19 +44,19 @@ def reserved_elsewhere(sc: Scenario) -> int:
 def test_deleting_a_member_of_a_held_gang_releases_the_reservation(scenario: Scenario) -> None:
     sc, topo = scenario, scenario.topo
     size, gpus = 4, max(1, topo.gpus_per_node // 2)
-    gated = f"held-{size - 1}"
+    blocked = f"held-{size - 1}"
     releases_before = sc.quorum.metric(RELEASES, reason="member-deleted")
     timeouts_before = sc.quorum.metric(TIMEOUTS)
 
-    sc.gang("held", size, gpus=gpus, gated=[size - 1])
+    sc.gang("held", size, gpus=gpus, blocked=[size - 1])
     started = time.monotonic()
     entry = wait_held(sc, "held", size - 1)
-    assert gated in (entry.get("reservation") or {}), f"the gated member must be reserved too: {entry}"
+    assert blocked in (entry.get("reservation") or {}), f"the blocked member must be reserved too: {entry}"
     bound = {n: node for n, node in sc.placement(sc.gang_pods("held")).items() if node}
     assert not bound, f"no member may be bound while the gang is held: {bound}"
     sc.record("held_after_seconds", round(time.monotonic() - started, 2))
 
-    sc.delete([gated])
+    sc.delete([blocked])
 
     def released() -> bool:
         now = sc.gang_debug("held") or {}
@@ -72,8 +73,8 @@ def test_deleting_a_member_of_a_held_gang_releases_the_reservation(scenario: Sce
     sc.assert_unbound_for(survivors, 3, what="members of the released gang")
     sc.record("released_after_seconds", round(time.monotonic() - started, 2))
 
-    sc.create([sc.pod(gated, gpus=gpus, gang="held", min_count=size)])  # the member, without a gate
-    sc.wait_bound([*survivors, gated], timeout=60, what="gang bound once the member is back")
+    sc.create([sc.pod(blocked, gpus=gpus, gang="held", min_count=size)])  # the member, schedulable now
+    sc.wait_bound([*survivors, blocked], timeout=60, what="gang bound once the member is back")
     sc.finish()
 
 
@@ -83,11 +84,11 @@ def test_plain_pods_never_take_reserved_capacity(scenario: Scenario) -> None:
     if why:
         pytest.skip(why)
     size, gpn = topo.nodes_per_rack, topo.gpus_per_node
-    gated = f"rack-{size - 1}"
+    blocked = f"rack-{size - 1}"
     # Whole-node members in one rack: the held members fill their nodes in kube-scheduler's view
-    # (it assumes pods whose bind is in flight); the gated member's node is free for kube-scheduler
+    # (it assumes pods whose bind is in flight); the blocked member's node is free for kube-scheduler
     # and held only by Quorum's reservation.
-    sc.gang("rack", size, gpus=gpn, required="rack", gated=[size - 1])
+    sc.gang("rack", size, gpus=gpn, required="rack", blocked=[size - 1])
     started = time.monotonic()
     entry = wait_held(sc, "rack", size - 1)
     reservation: dict[str, str] = entry["reservation"]
@@ -102,20 +103,21 @@ def test_plain_pods_never_take_reserved_capacity(scenario: Scenario) -> None:
     on_reserved = {n: node for n, node in placement.items() if node in reserved_nodes}
     assert not on_reserved, f"plain pods landed on reserved nodes: {on_reserved}"
 
-    sc.assert_unbound_for(["intruder"], 6, what=f"plain pod that fits only on reserved {reservation[gated]}")
+    sc.assert_unbound_for(["intruder"], 6,
+                          what=f"plain pod that fits only on reserved {reservation[blocked]}")
     messages = sc.wait_for(
         "Quorum's 'capacity reserved' reason for the plain pod",
         lambda: [m for m in sc.scheduling_messages("intruder") if f"reserved for gang {sc.ns}/rack" in m],
         timeout=10)
     sc.record("intruder_reason", messages[-1][:300])
     still = sc.gang_debug("rack") or {}
-    assert (still.get("reservation") or {}).get(gated) == reservation[gated], (
+    assert (still.get("reservation") or {}).get(blocked) == reservation[blocked], (
         f"the reservation ended during the observation ({time.monotonic() - started:.1f}s after it "
         f"was made), so the check above proves less than intended: {still}")
 
-    sc.kube.remove_scheduling_gates(sc.ns, gated)
+    sc.kube.admit_blocked()
     members = [f"rack-{i}" for i in range(size)]
-    placement = sc.wait_bound(members, timeout=30, what="gang bound after the gate was removed")
+    placement = sc.wait_bound(members, timeout=30, what="gang bound once the blocked member may schedule")
     assert {topo.rack_of(n) for n in placement.values()} == {rack}, f"gang left rack {rack}: {placement}"
     assert not sc.placement(["intruder"])["intruder"], "the plain pod took a node of the gang's rack"
     sc.delete(["intruder"])

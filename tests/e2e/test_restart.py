@@ -1,6 +1,7 @@
 """Quorum is SIGKILLed while gangs are being placed and bound, and restarted as it was started.
 
-One gang has a gated member, so at the moment of the kill its other members are certainly held at
+One gang has a blocked member (a node selector no node matches until the test labels the nodes),
+so at the moment of the kill its other members are certainly held at
 bind (their HTTP calls die with the process); the others are created together with it and are
 somewhere between quorum gate, reservation and bind. Quorum keeps no state on disk: after the
 restart it rebuilds everything from the apiserver. Every gang must end fully bound.
@@ -38,8 +39,8 @@ def test_quorum_killed_and_restarted_mid_run_leaves_no_partial_gang(scenario: Sc
     size = topo.rack_gpus // per_pod  # default cluster: 8 x 4 GPUs, one rack each
     gangs = [f"g{i}" for i in range(4)]
     manifests = {g: sc.gang(g, size, gpus=per_pod, required="rack", create=False) for g in gangs}
-    manifests["held"] = sc.gang("held", 4, gpus=per_pod, required="rack", gated=[3], create=False)
-    # The gated member first (it is never filtered, see Scenario.gang), then all gangs interleaved.
+    manifests["held"] = sc.gang("held", 4, gpus=per_pod, required="rack", blocked=[3], create=False)
+    # The blocked member first (it is never filtered, see Scenario.gang), then all gangs interleaved.
     sc.create(manifests["held"][:1])
     rest = {g: ms[1:] if g == "held" else ms for g, ms in manifests.items()}
     order = [m for batch in zip(*(ms[:3] for ms in rest.values()), strict=True) for m in batch]
@@ -62,7 +63,7 @@ def test_quorum_killed_and_restarted_mid_run_leaves_no_partial_gang(scenario: Sc
     sc.record("restart", {"old_pid": process.pid, "new_pid": new_pid, "ready_after_seconds": ready_after,
                           "gangs_at_kill": at_kill, "bound_right_after_kill": bound_after_kill})
 
-    sc.kube.remove_scheduling_gates(sc.ns, manifests["held"][0]["metadata"]["name"])
+    sc.kube.admit_blocked()
     everyone = [m["metadata"]["name"] for ms in manifests.values() for m in ms]
     placement = sc.wait_bound(everyone, timeout=120, what="every gang bound after the restart")
     for gang, ms in manifests.items():

@@ -162,6 +162,21 @@ async def test_quorum_gate_rejects_every_node_until_min_count_pods_exist() -> No
     assert world.coordinator.reserved_uid == {}
 
 
+async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> None:
+    world = World()
+    gang_of(world, 3, min_count=4)
+    gated = pod("w3", gang="w", min_count=4)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/queue"}]
+    world.add(gated)
+    reason = world.filter("w0").unresolvable["b0-r0-n0"]
+    assert reason == "gang ml/w: 3/4 pods exist (1 held by scheduling gates), waiting for 1"
+    assert world.coordinator.reserved_uid == {}
+    del gated["spec"]["schedulingGates"]  # the queueing controller admits it
+    world.cache.upsert_pod(gated)
+    assert len(world.filter("w0").passing) == 1
+    assert "uid-w3" in world.coordinator.gangs["ml/w"].reservation
+
+
 async def test_gang_rejections_are_unresolvable_so_they_never_trigger_preemption() -> None:
     world = World()
     gang_of(world, 1, min_count=2)
