@@ -51,6 +51,9 @@ class ClusterCache:
         self._free: dict[str, Resources] = {}
         self.listeners: list[Listener] = []
         self.version = 0  # bumped on every change that can alter capacity or gangs
+        # Bumped only when free capacity can have changed (nodes, or pods starting/stopping to hold
+        # capacity): a gang that did not fit need not be placed again before it moves.
+        self.capacity_version = 0
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
 
     # --- helpers -------------------------------------------------------------------------
@@ -104,6 +107,7 @@ class ClusterCache:
         self.nodes[record.name] = record
         self._free.pop(record.name, None)
         self.version += 1
+        self.capacity_version += 1
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
         for path in node.paths:
@@ -139,6 +143,7 @@ class ClusterCache:
         del self.nodes[name]
         self._free.pop(name, None)
         self.version += 1
+        self.capacity_version += 1
         self._emit(CacheEvent("node-removed", name))
 
     def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> None:
@@ -164,6 +169,10 @@ class ClusterCache:
                 self._leave_gang(old.uid, old.gang_key)
         self.pods[record.uid] = record
         self._account(record, +1)
+        if old is None or (old.holds_capacity, old.node_name, old.requests) != (
+            record.holds_capacity, record.node_name, record.requests
+        ):
+            self.capacity_version += 1
         if gang_key:
             self.gang_members[gang_key].add(record.uid)
             spec = spec_from_annotations(obj)
@@ -189,6 +198,7 @@ class ClusterCache:
         if record.gang_key:
             self._leave_gang(uid, record.gang_key)
         self.version += 1
+        self.capacity_version += 1
         self._emit(CacheEvent("pod-removed", uid, record))
 
     def _leave_gang(self, uid: str, gang_key: str) -> None:

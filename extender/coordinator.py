@@ -80,7 +80,7 @@ class GangState:
     failures: int = 0
     replans: int = 0
     last_reason: str = ""
-    nofit_version: int = -1
+    nofit_version: tuple[int, ...] = ()
     quorum_reached: bool = False
     min_count_reserved: int = 0
 
@@ -247,7 +247,7 @@ class Coordinator:
     def _requeue_waiting_for_capacity(self, exclude: str) -> None:
         """Capacity came back without a cluster event: wake gangs that did not fit."""
         for key, other in self.gangs.items():
-            if key != exclude and other.nofit_version != -1 and not other.reservation:
+            if key != exclude and other.nofit_version and not other.reservation:
                 self._requeue(key, [p for p in self.cache.members(key) if p.pending], "capacity released")
 
     def _back_off(self, state: GangState, reason: str) -> None:
@@ -325,13 +325,17 @@ class Coordinator:
             return _reject_all(
                 candidates, f"gang {key}: reserved for other members, waiting for them to bind"
             )
-        if state.nofit_version == self._fit_version() and state.last_reason:
+        if state.nofit_version == self._fit_version(key) and state.last_reason:
             return _reject_all(candidates, state.last_reason)
         return self._place(state, spec, pod, candidates, members, bound)
 
-    def _fit_version(self) -> int:
-        """Changes whenever capacity or reservations change; a cached no-fit is valid until then."""
-        return self.cache.version * 1_000_003 + self.reservation_version
+    def _fit_version(self, key: str) -> tuple[int, ...]:
+        """Moves whenever capacity, reservations or the gang's own demand change; a cached no-fit
+        stays valid until then (status updates of rejected pods do not invalidate it)."""
+        spec = self.cache.gang_spec(key)
+        pending = sum(1 for m in self.cache.members(key) if m.pending)
+        return (self.cache.capacity_version, self.reservation_version, pending,
+                spec.min_count if spec else 0)
 
     def _candidates(self, names: Iterable[str], exclude_gang: str,
                     within: tuple[int, str] | None) -> list[CandidateNode]:
@@ -365,14 +369,30 @@ class Coordinator:
             meta = pod.get("metadata") or {}
             pending[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), "",
                                      pod_requests(pod.get("spec") or {}), False, False, state.key)
-        required = self._level(spec.required_topology)
-        preferred = self._level(spec.preferred_topology)
-        if spec.required_topology and required is None:
+        if spec.required_topology and self._level(spec.required_topology) is None:
             return _reject_all(
                 candidates,
                 f"gang {state.key}: required topology {spec.required_topology!r} is not a configured level "
                 f"({', '.join(self.level_names)})",
             )
+        self._repair_partial_gangs(exclude=state.key)
+        result = self._plan_and_reserve(state, spec, pending, candidates, bound, first_uid=uid)
+        if isinstance(result, NoFit):
+            return _reject_all(candidates, state.last_reason)
+        return FilterDecision([result.assignment[uid]])
+
+    def _plan_and_reserve(
+        self,
+        state: GangState,
+        spec: GangSpec,
+        pending: dict[str, PodRecord],
+        candidates: list[str],
+        bound: list[PodRecord],
+        first_uid: str | None,
+    ) -> Placement | NoFit:
+        """Place the gang's pending members (all of them, else just enough for quorum) and reserve."""
+        required = self._level(spec.required_topology)
+        preferred = self._level(spec.preferred_topology)
         within: tuple[int, str] | None = None
         if required is not None and bound:
             # Members already running pin the domain the rest must join.
@@ -381,7 +401,7 @@ class Coordinator:
                 within = (required, first.paths[required])
         nodes = self._candidates(candidates, state.key, within)
         needed = spec.min_count - len(bound)
-        ordered = sorted(pending.values(), key=lambda m: (m.uid != uid, m.name))
+        ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
         attempts = [ordered]
         if len(ordered) > needed:
             attempts.append(ordered[:needed])
@@ -394,16 +414,15 @@ class Coordinator:
                 break
         if isinstance(result, NoFit):
             self.metrics.placements.labels("nofit").inc()
-            reason = f"gang {state.key} {result.reason}"
-            state.last_reason = reason
-            state.nofit_version = self._fit_version()
-            return _reject_all(candidates, reason)
+            state.last_reason = f"gang {state.key} {result.reason}"
+            state.nofit_version = self._fit_version(state.key)
+            return result
 
         self.metrics.placements.labels("fit").inc()
         self._reserve(state, result, pending)
         state.min_count_reserved = needed
         state.last_reason = ""
-        state.nofit_version = -1
+        state.nofit_version = ()
         state.deadline = self._loop().call_later(
             self.config.gang.bind_timeout_seconds, self._deadline_passed, state.key
         )
@@ -411,9 +430,41 @@ class Coordinator:
             "gang reserved",
             extra={"gang": state.key, "members": len(result.assignment), "domain": "/".join(result.domain)},
         )
-        others = [pending[u] for u in result.assignment if u != uid and u in self.cache.pods]
+        others = [pending[u] for u in result.assignment if u != first_uid and u in self.cache.pods]
         self._requeue(state.key, others, "placement reserved")
-        return FilterDecision([result.assignment[uid]])
+        return result
+
+    def _repair_partial_gangs(self, exclude: str) -> None:
+        """Reserve first for gangs that run with fewer than minCount members bound.
+
+        A gang ends up partly bound only when binding was cut short (Quorum restarted in the middle
+        of a gang's concurrent bind calls, or the apiserver refused one of them). Its bound members
+        pin its domain; if another gang were placed there first, the rest could never join and the
+        partial gang would hold its capacity forever. So before any new placement, such gangs get
+        their missing members reserved, against every node Quorum knows.
+        """
+        for key, uids in self.cache.gang_members.items():
+            if key == exclude:
+                continue
+            state = self.gangs.get(key)
+            if state is not None and (state.reservation or state.held or state.backoff_until > self.clock()):
+                continue
+            spec = self.cache.gang_spec(key)
+            if spec is None or not spec.is_gang or spec.min_count < 1:
+                continue
+            members = [self.cache.pods[u] for u in uids if u in self.cache.pods]
+            bound = [m for m in members if m.holds_capacity]
+            if not bound or len(bound) >= spec.min_count:
+                continue
+            pending = {m.uid: m for m in members if m.pending}
+            if len(pending) < spec.min_count - len(bound):
+                continue
+            state = self._state(key)
+            if state.nofit_version == self._fit_version(key):
+                continue
+            result = self._plan_and_reserve(state, spec, pending, list(self.cache.nodes), bound, None)
+            if isinstance(result, Placement):
+                log.info("partly bound gang repaired", extra={"gang": key, "bound": len(bound)})
 
     def _replan(self, state: GangState, spec: GangSpec, pod: dict[str, Any], candidates: list[str],
                 node: str) -> FilterDecision:

@@ -254,6 +254,9 @@ async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes(
     gang_of(world, 5, min_count=5, gpus=4, required="rack")
     for name in ("w0", "w1", "w2", "w3"):
         world.filter(name)
+        # kube-scheduler records each rejection in the pod's status: not a capacity change.
+        world.pods[name]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
+        world.cache.upsert_pod(world.pods[name])
     assert world.sample("quorum_placements_total", result="nofit") == 1
     world.cache.upsert_node(node("b9-r9-n9", "b9", "b9-r9", gpus=64))
     world.names.append("b9-r9-n9")
@@ -502,6 +505,21 @@ async def test_replans_are_bounded_then_the_gang_backs_off() -> None:
     assert decision.passing == []
     assert "re-plans" in decision.unresolvable[world.names[0]]
     assert world.sample("quorum_gang_backoffs_total") == 1
+
+
+async def test_partly_bound_gang_is_repaired_before_another_gang_takes_its_domain() -> None:
+    # After a restart in the middle of a gang's bind calls, one member runs in rack b0-r0 and the
+    # other still waits. A new one-node gang would fit most tightly exactly on the free node there.
+    world = World()
+    world.add(pod("a0", gang="a", min_count=2, gpus=8, required="rack", node_name="b0-r0-n0"))
+    world.add(pod("a1", gang="a", min_count=2, gpus=8, required="rack"))
+    world.add(pod("b0", gang="b", min_count=1, gpus=8, required="rack"))
+    decision = world.filter("b0")
+    assert world.coordinator.gangs["ml/a"].reservation == {"uid-a1": "b0-r0-n1"}
+    assert decision.passing and decision.passing != ["b0-r0-n1"]
+    await asyncio.sleep(0.01)
+    assert "a1" in world.actions.requeued  # the waiting member is told to come back now
+    assert world.filter("a1").passing == ["b0-r0-n1"]
 
 
 # ---------------------------------------------------------------------------------- extras, basic
