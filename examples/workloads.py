@@ -14,13 +14,22 @@ import yaml
 SCHEDULER = "quorum"
 
 
+def _extended(requests: dict[str, str]) -> dict[str, str]:
+    return {name: value for name, value in requests.items() if "/" in name}
+
+
 def _pod(
     name: str, requests: dict[str, str], annotations: dict[str, str] | None = None, group: str | None = None
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedulerName": SCHEDULER,
         "containers": [
-            {"name": "main", "image": "registry.example/trainer:latest", "resources": {"requests": requests}}
+            {
+                "name": "main",
+                "image": "registry.example/trainer:latest",
+                # Extended resources such as GPUs need a limit equal to the request.
+                "resources": {"requests": requests, "limits": _extended(requests)},
+            }
         ],
     }
     if group:

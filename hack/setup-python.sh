@@ -17,5 +17,11 @@ if [[ ! -x .venv/bin/python ]]; then
     "$PYTHON_BIN" -m venv .venv
   fi
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip &&
+       .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "setup-python: installing the project into .venv failed (output above)" >&2
+  exit 1
+fi

@@ -230,7 +230,7 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_env_overrides_reads_only_set_variables() -> None:
-    env = {"QUORUM_PORT": "9000", "QUORUM_HOST": "", "QUORUM_LOG_LEVEL": "debug", "HOME": "/root"}
+    env = {"QUORUM_PORT": "9000", "QUORUM_HOST": "", "QUORUM_LOG_LEVEL": "debug", "HOME": "/nonexistent"}
     assert env_overrides(env) == {"port": "9000", "log_level": "debug"}
 
 
