@@ -7,6 +7,7 @@ malformed request is answered with HTTP 400 by the server) and lenient about ext
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -185,42 +186,45 @@ def parse_binding_args(body: bytes) -> BindingArgs:
 def parse_preemption_args(body: bytes) -> PreemptionArgs:
     doc = decode(body)
     pod = _pod(doc)
-    victims: dict[str, dict[str, Any]] = {}
-    meta_victims = _get(doc, "NodeNameToMetaVictims")
-    full_victims = _get(doc, "NodeNameToVictims")
-    if meta_victims is not None:
-        if not isinstance(meta_victims, dict):
-            raise WireError("NodeNameToMetaVictims: must be an object")
-        for node, entry in meta_victims.items():
-            if not isinstance(entry, dict):
-                raise WireError(f"NodeNameToMetaVictims.{node}: must be an object")
-            pods = _get(entry, "Pods") or []
-            if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
-                raise WireError(f"NodeNameToMetaVictims.{node}.Pods: must be a list")
-            victims[node] = {
-                "Pods": [{"UID": str(_get(p, "UID") or "")} for p in pods],
-                "NumPDBViolations": _count(
-                    _get(entry, "NumPDBViolations"), f"NodeNameToMetaVictims.{node}.NumPDBViolations"
-                ),
-            }
-    elif full_victims is not None:
-        if not isinstance(full_victims, dict):
-            raise WireError("NodeNameToVictims: must be an object")
-        for node, entry in full_victims.items():
-            if not isinstance(entry, dict):
-                raise WireError(f"NodeNameToVictims.{node}: must be an object")
-            pods = _get(entry, "Pods") or []
-            if not isinstance(pods, list) or not all(
-                isinstance(p, dict) and isinstance(p.get("metadata") or {}, dict) for p in pods
-            ):
-                raise WireError(f"NodeNameToVictims.{node}.Pods: must be a list of Pods")
-            victims[node] = {
-                "Pods": [{"UID": str((p.get("metadata") or {}).get("uid", ""))} for p in pods],
-                "NumPDBViolations": _count(
-                    _get(entry, "NumPDBViolations"), f"NodeNameToVictims.{node}.NumPDBViolations"
-                ),
-            }
+    if _get(doc, "NodeNameToMetaVictims") is not None:
+        victims = _victims(doc, "NodeNameToMetaVictims", _meta_victim_uid)
+    else:
+        victims = _victims(doc, "NodeNameToVictims", _full_victim_uid)
     return PreemptionArgs(pod, victims)
+
+
+def _meta_victim_uid(pod: dict[str, Any]) -> str:
+    return str(_get(pod, "UID") or "")
+
+
+def _full_victim_uid(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise WireError("victim Pod.metadata: must be an object")
+    return str(meta.get("uid", ""))
+
+
+def _victims(
+    doc: dict[str, Any], key: str, uid_of: Callable[[dict[str, Any]], str]
+) -> dict[str, dict[str, Any]]:
+    """Victims per node, reduced to UIDs (the meta form the scheduler accepts back)."""
+    raw = _get(doc, key)
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise WireError(f"{key}: must be an object")
+    victims: dict[str, dict[str, Any]] = {}
+    for node, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise WireError(f"{key}.{node}: must be an object")
+        pods = _get(entry, "Pods") or []
+        if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
+            raise WireError(f"{key}.{node}.Pods: must be a list of objects")
+        victims[node] = {
+            "Pods": [{"UID": uid_of(p)} for p in pods],
+            "NumPDBViolations": _count(_get(entry, "NumPDBViolations"), f"{key}.{node}.NumPDBViolations"),
+        }
+    return victims
 
 
 # --- responses ------------------------------------------------------------------------------

@@ -21,8 +21,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-K8S_VERSION="${K8S_VERSION:-v1.37.1}"
-KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+# shellcheck source=hack/lib/versions.sh
+source "$ROOT/hack/lib/versions.sh"
 CACHE="${QUORUM_CACHE:-$ROOT/.cache}"
 BIN_DIR="$CACHE/bin/$K8S_VERSION"
 TOOLS_SRC="$ROOT/hack/tools"

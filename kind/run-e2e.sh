@@ -14,8 +14,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CLUSTER="${KIND_CLUSTER_NAME:-quorum-e2e}"
-NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:v1.37.1}"
-KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
+# shellcheck source=hack/lib/versions.sh
+source "$ROOT/hack/lib/versions.sh"
+NODE_IMAGE="${KIND_NODE_IMAGE:-kindest/node:$K8S_VERSION}"
 PYTHON="${PYTHON:-python3}"
 IMAGE=quorum:dev
 FORWARD_PORT="${QUORUM_FORWARD_PORT:-18888}"

@@ -4,7 +4,8 @@
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 
-K8S_VERSION="${K8S_VERSION:-v1.37.1}"
+# shellcheck source=hack/lib/versions.sh
+source "$ROOT/hack/lib/versions.sh"
 QUORUM_CACHE="${QUORUM_CACHE:-$ROOT/.cache}"
 BIN_DIR="$QUORUM_CACHE/bin/$K8S_VERSION"
 CLUSTER_DIR="${CLUSTER_DIR:-$QUORUM_CACHE/cluster}"
