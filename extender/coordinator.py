@@ -120,6 +120,11 @@ class Coordinator:
         # Pods bound by us that the cache has not seen bound yet: counted as used meanwhile.
         self.inflight: dict[str, str] = {}  # pod uid -> node
         self.inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
+        self._inflight_version = 0
+        # Free capacity of each reserved node as pods outside its gangs see it, with the reason to
+        # give when a pod does not fit; rebuilt only when capacity, reservations or binds move.
+        self._protected_key: tuple[int, int, int] = (-1, -1, -1)
+        self._protected: dict[str, tuple[Resources, int, str, tuple[str, ...]]] = {}
         self._occupancy_epoch = -1
         self._occupancy_fragments: dict[str, bytes] = {}
         self._score_fragments: list[dict[str, bytes]] = [{} for _ in range(11)]
@@ -178,10 +183,12 @@ class Coordinator:
             return  # the cache already counts it
         self.inflight[uid] = node
         self.inflight_on_node.setdefault(node, {})[uid] = requests
+        self._inflight_version += 1
 
     def _clear_inflight(self, uid: str) -> None:
         node = self.inflight.pop(uid, None)
         if node is not None:
+            self._inflight_version += 1
             per_node = self.inflight_on_node.get(node, {})
             per_node.pop(uid, None)
             if not per_node:
@@ -487,12 +494,11 @@ class Coordinator:
         # Decide the (few) reserved nodes first, then drop them from the candidates in one pass.
         requests = pod_requests(pod.get("spec") or {})
         unresolvable: dict[str, str] = {}
-        for name, gangs in self.reserved_on_node.items():
-            if own_gang is not None and list(gangs) == [own_gang]:
+        for name, (free, pods_free, reason, gangs) in self._protected_views().items():
+            if own_gang is not None and gangs == (own_gang,):
                 continue
-            free = self._free(name, None)
-            if free is None or not fits(free[0], free[1], requests):
-                unresolvable[name] = f"capacity reserved for gang {', '.join(sorted(gangs))}"
+            if not fits(free, pods_free, requests):
+                unresolvable[name] = reason
         if not unresolvable:
             return FilterDecision(candidates)
         passing = [name for name in candidates if name not in unresolvable]
@@ -500,6 +506,18 @@ class Coordinator:
             wanted = set(candidates)
             unresolvable = {n: r for n, r in unresolvable.items() if n in wanted}
         return FilterDecision(passing, {}, unresolvable)
+
+    def _protected_views(self) -> dict[str, tuple[Resources, int, str, tuple[str, ...]]]:
+        key = (self.cache.capacity_version, self.reservation_version, self._inflight_version)
+        if key != self._protected_key:
+            views: dict[str, tuple[Resources, int, str, tuple[str, ...]]] = {}
+            for name, gangs in self.reserved_on_node.items():
+                free = self._free(name, None)
+                holders = tuple(sorted(gangs))
+                reason = f"capacity reserved for gang {', '.join(holders)}"
+                views[name] = (free[0], free[1], reason, holders) if free else ({}, 0, reason, holders)
+            self._protected, self._protected_key = views, key
+        return self._protected
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> list[bytes]:
@@ -549,6 +567,8 @@ class Coordinator:
             self._occupancy_epoch = self.cache.occupancy_epoch
         cached = self._occupancy_fragments
         out = list(map(cached.get, candidates))
+        if None not in out:
+            return out  # type: ignore[return-value]  # no None, checked just above
         for i, fragment in enumerate(out):
             if fragment is None:
                 name = candidates[i]
