@@ -33,7 +33,7 @@ from .metrics import Metrics
 from .placement import CandidateNode, Member, NoFit, Placement, fits, format_resources, place_gang
 from .records import GangSpec, PodRecord
 from .resources import Resources, add_into, pod_requests, subtract_into
-from .scoring import distance_score_for_depth, occupancy_score
+from .scoring import distance_scores, occupancy_score
 from .wire import host_priority_fragment
 
 log = logging.getLogger(__name__)
@@ -537,13 +537,7 @@ class Coordinator:
 
     def _distance_fragments_for(self, nodes: list[Any], candidates: list[str]) -> list[bytes]:
         """Score by distance from the gang, touching only nodes inside the gang's domains."""
-        levels = len(self.config.levels)
-        scores: dict[str, int] = {}
-        for depth in range(levels):  # shallow to deep: deeper (closer) domains overwrite
-            value = distance_score_for_depth(depth, levels)
-            for path in {n.paths[depth] for n in nodes if n.paths[depth]}:
-                for name in self.cache.domain_nodes.get(path, ()):
-                    scores[name] = value
+        scores = distance_scores([n.paths for n in nodes], self.cache.domain_nodes, len(self.config.levels))
         zero = self._score_fragments[0]
         out: list[bytes] = []
         for name in candidates:

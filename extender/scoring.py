@@ -12,25 +12,23 @@ from collections.abc import Collection, Mapping, Sequence
 MAX_SCORE = 10
 
 
-def distance_score(paths: Sequence[str], anchors: Collection[str]) -> int:
-    """Score by the deepest topology domain a node shares with the gang's nodes.
+def distance_scores(
+    gang_paths: Sequence[Sequence[str]], domain_nodes: Mapping[str, Collection[str]], levels: int
+) -> dict[str, int]:
+    """Score every node near the gang by the deepest topology domain it shares with the gang.
 
-    ``paths`` are the node's domain keys highest level first (the last is normally the host);
-    ``anchors`` holds every domain key of every node the gang is bound to or reserved on.
+    ``gang_paths`` are the domain keys (highest level first) of each node the gang is bound to or
+    reserved on; ``domain_nodes`` maps a domain key to its nodes. Only nodes inside the gang's
+    domains are visited and returned; every other node scores 0. Deeper (closer) domains
+    overwrite shallower ones, so the same host scores 10 and the same top-level domain least.
     """
-    levels = len(paths)
-    if not levels or not anchors:
-        return 0
-    for depth in range(levels - 1, -1, -1):
-        path = paths[depth]
-        if path and path in anchors:
-            return distance_score_for_depth(depth, levels)
-    return 0
-
-
-def distance_score_for_depth(depth: int, levels: int) -> int:
-    """Score of a node whose deepest domain shared with the gang is at ``depth`` (0 = top level)."""
-    return round(MAX_SCORE * (depth + 1) / levels)
+    scores: dict[str, int] = {}
+    for depth in range(levels):
+        value = round(MAX_SCORE * (depth + 1) / levels)
+        for path in {paths[depth] for paths in gang_paths if paths[depth]}:
+            for name in domain_nodes.get(path, ()):
+                scores[name] = value
+    return scores
 
 
 def occupancy_score(paths: Sequence[str], domain_pods: Mapping[str, int]) -> int:
@@ -44,8 +42,3 @@ def occupancy_score(paths: Sequence[str], domain_pods: Mapping[str, int]) -> int
         return 0
     used = sum(1 for path in levels if domain_pods.get(path, 0) > 0)
     return round(MAX_SCORE * used / len(levels))
-
-
-def anchor_paths(node_paths: Sequence[Sequence[str]]) -> set[str]:
-    """All domain keys of the given nodes, for ``distance_score``."""
-    return {path for paths in node_paths for path in paths if path}
