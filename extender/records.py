@@ -7,7 +7,7 @@ quorum and scoring read, already converted to integers and tuples.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .resources import PODS, Resources, parse_resource_list, pod_requests
@@ -71,11 +71,6 @@ class GangSpec:
     priority: int = 0
     created: str = ""
     source: str = "annotation"
-
-
-@dataclass(slots=True)
-class GangMembers:
-    uids: set[str] = field(default_factory=set)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:
