@@ -21,12 +21,22 @@ from .resources import Resources, add_into, subtract_into
 class CacheEvent:
     """What the coordinator needs to hear about; ``key`` is a pod uid, node name or gang key."""
 
-    kind: str  # "pod-removed" | "pod-bound" | "node-removed" | "gang-removed" | "gang-changed"
+    kind: str  # see the EVENT_* names below
     key: str
     pod: PodRecord | None = None
 
 
 Listener = Callable[[CacheEvent], None]
+
+# Event kinds. ``key`` is a pod uid for the pod events, a node name for the node events and a gang
+# key for the gang events.
+POD_BOUND = "pod-bound"
+POD_REMOVED = "pod-removed"  # deleted, terminating, finished, or gone from its gang
+NODE_REMOVED = "node-removed"
+CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped holding capacity
+GANG_REMOVED = "gang-removed"
+GANG_CHANGED = "gang-changed"
+MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
 
 
 class ClusterCache:
@@ -50,7 +60,6 @@ class ClusterCache:
         # shared read-only with callers so building placement candidates copies nothing.
         self._free: dict[str, Resources] = {}
         self.listeners: list[Listener] = []
-        self.version = 0  # bumped on every change that can alter capacity or gangs
         # Bumped only when free capacity can have changed (nodes, or pods starting/stopping to hold
         # capacity): a gang that did not fit need not be placed again before it moves.
         self.capacity_version = 0
@@ -106,8 +115,9 @@ class ClusterCache:
             self._recount_node_domains(record.name, +1)
         self.nodes[record.name] = record
         self._free.pop(record.name, None)
-        self.version += 1
         self.capacity_version += 1
+        if old is None or _grew(old, record):
+            self._emit(CacheEvent(CAPACITY_FREED, record.name))
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
         for path in node.paths:
@@ -142,9 +152,8 @@ class ClusterCache:
         self._index_node_domains(node, -1)
         del self.nodes[name]
         self._free.pop(name, None)
-        self.version += 1
         self.capacity_version += 1
-        self._emit(CacheEvent("node-removed", name))
+        self._emit(CacheEvent(NODE_REMOVED, name))
 
     def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> None:
         fresh = {(o.get("metadata") or {}).get("name", ""): o for o in objs}
@@ -178,13 +187,20 @@ class ClusterCache:
             spec = spec_from_annotations(obj)
             if spec is not None:
                 self.annotation_specs[gang_key] = spec
-        self.version += 1
         if record.node_name and (old is None or not old.node_name):
-            self._emit(CacheEvent("pod-bound", record.uid, record))
+            self._emit(CacheEvent(POD_BOUND, record.uid, record))
         if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
-            self._emit(CacheEvent("pod-removed", record.uid, record))
+            self._emit(CacheEvent(POD_REMOVED, record.uid, record))
         elif left_gang and old is not None:
-            self._emit(CacheEvent("pod-removed", record.uid, old))  # gone from its old gang
+            self._emit(CacheEvent(POD_REMOVED, record.uid, old))  # gone from its old gang
+        if old is not None and old.holds_capacity and (
+            not record.holds_capacity or record.node_name != old.node_name
+        ):
+            self._emit(CacheEvent(CAPACITY_FREED, old.node_name))
+        if gang_key and record.counts_for_quorum and (
+            old is None or old.gang_key != gang_key or not old.counts_for_quorum
+        ):
+            self._emit(CacheEvent(MEMBER_READY, gang_key, record))
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -197,9 +213,10 @@ class ClusterCache:
         self._account(record, -1)
         if record.gang_key:
             self._leave_gang(uid, record.gang_key)
-        self.version += 1
         self.capacity_version += 1
-        self._emit(CacheEvent("pod-removed", uid, record))
+        self._emit(CacheEvent(POD_REMOVED, uid, record))
+        if record.holds_capacity:
+            self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
 
     def _leave_gang(self, uid: str, gang_key: str) -> None:
         members = self.gang_members.get(gang_key)
@@ -223,14 +240,12 @@ class ClusterCache:
     def upsert_podgroup(self, obj: dict[str, Any]) -> None:
         spec = spec_from_podgroup(obj)
         self.podgroup_specs[spec.key] = spec
-        self.version += 1
-        self._emit(CacheEvent("gang-changed", spec.key))
+        self._emit(CacheEvent(GANG_CHANGED, spec.key))
 
     def delete_podgroup(self, obj: dict[str, Any]) -> None:
         key = podgroup_key(obj)
         if self.podgroup_specs.pop(key, None) is not None:
-            self.version += 1
-            self._emit(CacheEvent("gang-removed", key))
+            self._emit(CacheEvent(GANG_REMOVED, key))
 
     def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> None:
         fresh = {podgroup_key(o): o for o in objs}
@@ -265,3 +280,10 @@ class ClusterCache:
             "pods": len(self.pods),
             "podgroups": len(self.podgroup_specs),
         }
+
+
+def _grew(old: NodeRecord, new: NodeRecord) -> bool:
+    """Whether a node update can make room for a pod that did not fit before."""
+    if new.pods_allocatable > old.pods_allocatable:
+        return True
+    return any(amount > old.allocatable.get(name, 0) for name, amount in new.allocatable.items())

@@ -26,7 +26,17 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .cache import CacheEvent, ClusterCache
+from .cache import (
+    CAPACITY_FREED,
+    GANG_CHANGED,
+    GANG_REMOVED,
+    MEMBER_READY,
+    NODE_REMOVED,
+    POD_BOUND,
+    POD_REMOVED,
+    CacheEvent,
+    ClusterCache,
+)
 from .config import Config
 from .gang_sources import gang_key_of_pod, spec_from_annotations
 from .metrics import Metrics
@@ -81,8 +91,12 @@ class GangState:
     replans: int = 0
     last_reason: str = ""
     nofit_version: tuple[int, ...] = ()
+    nofit_candidates: tuple[int, int] = (0, 0)  # which nodes kube-scheduler offered for that no-fit
     quorum_reached: bool = False
     min_count_reserved: int = 0
+    # When a member was last told "not enough members" or "does not fit": if the cache changes in a
+    # way that could alter that answer soon after, the answer may have come from a lagging watch.
+    rejected_at: float = 0.0
 
 
 # Phases shown on /debug/gangs and in the quorum_gangs metric.
@@ -94,6 +108,13 @@ BOUND = "Bound"
 BACKOFF = "Backoff"
 MISCONFIGURED = "Misconfigured"
 PHASES = (WAITING_FOR_MEMBERS, PENDING, RESERVED, BINDING, BOUND, BACKOFF, MISCONFIGURED)
+
+# kube-scheduler retries a rejected pod on the cluster event that could help it (a pod deleted, a
+# node added), but it may see that event before Quorum's own watch does, and then gets an answer
+# from the old state. Gangs rejected this recently before such a change are asked to try again.
+STALE_ANSWER_WINDOW_SECONDS = 10.0
+# Changes arrive in bursts (a Job's pods deleted together); one re-check per burst is enough.
+RECHECK_DELAY_SECONDS = 0.2
 
 
 class Coordinator:
@@ -129,6 +150,7 @@ class Coordinator:
         self._occupancy_fragments: dict[str, bytes] = {}
         self._score_fragments: list[dict[str, bytes]] = [{} for _ in range(11)]
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._recheck: asyncio.TimerHandle | None = None
         cache.listeners.append(self.on_cache_event)
 
     # ------------------------------------------------------------------ helpers
@@ -317,14 +339,17 @@ class Coordinator:
             wait = state.backoff_until - now
             return _reject_all(candidates, f"gang {key}: {state.last_reason} ({wait:.0f}s left)")
 
-        alive = [m for m in members if m.counts_for_quorum]
-        if len(alive) < spec.min_count:
-            missing = spec.min_count - len(alive)
+        alive = sum(1 for m in members if m.counts_for_quorum)
+        if uid not in self.cache.pods:
+            alive += 1  # kube-scheduler saw this pod before our watch did; it is pending by definition
+        if alive < spec.min_count:
+            missing = spec.min_count - alive
             gated = sum(1 for m in members if m.gated and not m.terminal and not m.deleting)
             held_back = f" ({gated} held by scheduling gates)" if gated else ""
+            state.rejected_at = now
             return _reject_all(
                 candidates,
-                f"gang {key}: {len(alive)}/{spec.min_count} pods exist{held_back}, waiting for {missing}",
+                f"gang {key}: {alive}/{spec.min_count} pods exist{held_back}, waiting for {missing}",
             )
         if state.reservation:
             # Reservation exists but this member is not in it (it appeared afterwards, before quorum):
@@ -332,9 +357,14 @@ class Coordinator:
             return _reject_all(
                 candidates, f"gang {key}: reserved for other members, waiting for them to bind"
             )
-        if state.nofit_version == self._fit_version(key) and state.last_reason:
+        if (state.nofit_version == self._fit_version(key) and state.last_reason
+                and state.nofit_candidates == _fingerprint(candidates)):
+            state.rejected_at = now
             return _reject_all(candidates, state.last_reason)
-        return self._place(state, spec, pod, candidates, members, bound)
+        decision = self._place(state, spec, pod, candidates, members, bound)
+        if not decision.passing:
+            state.rejected_at = now
+        return decision
 
     def _fit_version(self, key: str) -> tuple[int, ...]:
         """Moves whenever capacity, reservations or the gang's own demand change; a cached no-fit
@@ -423,6 +453,7 @@ class Coordinator:
             self.metrics.placements.labels("nofit").inc()
             state.last_reason = f"gang {state.key} {result.reason}"
             state.nofit_version = self._fit_version(state.key)
+            state.nofit_candidates = _fingerprint(candidates)
             return result
 
         self.metrics.placements.labels("fit").inc()
@@ -610,13 +641,13 @@ class Coordinator:
         self._mark_inflight(uid, node, requests)
         try:
             await self.actions.bind_pod(namespace, name, uid, node)
-        except BindFailed as exc:
-            self._clear_inflight(uid)
-            self.metrics.binds.labels("error").inc()
-            return str(exc)
         except asyncio.CancelledError:
             self._clear_inflight(uid)
             raise
+        except Exception as exc:  # BindFailed, or anything unexpected: never count the pod as bound
+            self._clear_inflight(uid)
+            self.metrics.binds.labels("error").inc()
+            return str(exc) or type(exc).__name__
         self.metrics.binds.labels("success").inc()
         return ""
 
@@ -705,14 +736,16 @@ class Coordinator:
 
     # ------------------------------------------------------------------ cache events
     def on_cache_event(self, event: CacheEvent) -> None:
-        if event.kind == "pod-bound":
+        if event.kind in (CAPACITY_FREED, MEMBER_READY):
+            self._schedule_recheck()
+        elif event.kind == POD_BOUND:
             self._clear_inflight(event.key)
             key = self.reserved_uid.get(event.key)
             if key is not None:
                 self._unreserve_member(self.gangs[key], event.key)
             if event.pod is not None and event.pod.gang_key:
                 self._check_bound(event.pod.gang_key)
-        elif event.kind == "pod-removed":
+        elif event.kind == POD_REMOVED:
             self._clear_inflight(event.key)
             key = self.reserved_uid.get(event.key)
             if key is not None:
@@ -724,16 +757,16 @@ class Coordinator:
                     self._unreserve_member(state, event.key)
             if event.pod is not None and event.pod.gang_key:
                 self._forget_if_empty(event.pod.gang_key)
-        elif event.kind == "node-removed":
+        elif event.kind == NODE_REMOVED:
             for key in {k for k in self.reserved_on_node.get(event.key, {})}:
                 self._release(self.gangs[key], f"gang {key}: reserved node {event.key} was deleted",
                               "node-deleted")
-        elif event.kind == "gang-removed":
+        elif event.kind == GANG_REMOVED:
             removed = self.gangs.get(event.key)
             if removed is not None:
                 self._release(removed, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
                 self._forget_if_empty(event.key)
-        elif event.kind == "gang-changed":
+        elif event.kind == GANG_CHANGED:
             changed = self.gangs.get(event.key)
             spec = self.cache.gang_spec(event.key)
             active = changed is not None and changed.reservation and not changed.quorum_reached
@@ -743,6 +776,43 @@ class Coordinator:
                 if needed > len(changed.reservation) + len(changed.held):
                     self._release(changed, f"gang {event.key}: min count raised to {spec.min_count}",
                                   "gang-changed")
+
+    def _schedule_recheck(self) -> None:
+        if self._recheck is not None:
+            return
+        horizon = self.clock() - STALE_ANSWER_WINDOW_SECONDS
+        if not any(state.rejected_at > horizon for state in self.gangs.values()):
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a cache filled before serving): nothing has been answered yet
+        self._recheck = loop.call_later(RECHECK_DELAY_SECONDS, self._recheck_recent_rejections)
+
+    def _recheck_recent_rejections(self) -> None:
+        """Ask one member of each recently rejected gang to try again if its answer would change.
+
+        One member is enough: if the gang fits now, its placement wakes the others.
+        """
+        self._recheck = None
+        now = self.clock()
+        for key, state in self.gangs.items():
+            if (state.rejected_at <= now - STALE_ANSWER_WINDOW_SECONDS or state.reservation
+                    or state.backoff_until > now):
+                continue
+            spec = self.cache.gang_spec(key)
+            if spec is None or not spec.is_gang:
+                continue
+            members = self.cache.members(key)
+            if sum(1 for m in members if m.counts_for_quorum) < spec.min_count:
+                continue  # still short of members: the same answer again
+            if state.nofit_version and state.nofit_version == self._fit_version(key):
+                continue  # nothing the placement depends on has moved
+            pending = sorted((m for m in members if m.pending), key=lambda m: m.name)
+            if pending:
+                state.rejected_at = 0.0
+                self.metrics.rechecks.inc()
+                self._requeue(key, pending[:1], "cluster changed since its last rejection")
 
     def _check_bound(self, key: str) -> None:
         state = self.gangs.get(key)
@@ -793,6 +863,11 @@ class Coordinator:
             counts[self.phase(state)] += 1
         return counts
 
+    def inflight_snapshot(self) -> dict[str, str]:
+        """Pods bound by Quorum that the watch has not shown bound yet (pod -> node)."""
+        pods = self.cache.pods
+        return {(pods[uid].key if uid in pods else uid): node for uid, node in sorted(self.inflight.items())}
+
     def reserved_count(self) -> dict[str, int]:
         return {"": len(self.reserved_uid)}
 
@@ -826,6 +901,15 @@ class Coordinator:
                 }
             )
         return out
+
+
+def _fingerprint(candidates: list[str]) -> tuple[int, int]:
+    """Identifies a set of node names whatever their order (kube-scheduler rotates its start node).
+
+    A no-fit holds only for the nodes it was computed against: kube-scheduler's own cache can lag
+    Quorum's, so an early retry may offer fewer nodes than a later one.
+    """
+    return len(candidates), sum(map(hash, candidates))
 
 
 def _reject_all(candidates: list[str], reason: str) -> FilterDecision:

@@ -161,7 +161,11 @@ class KubeClient:
             raise BindFailed(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
         if resp.status == 409:
             # Bound already (a retried call after a late answer): success only if to this node.
-            current = await self._get_pod(namespace, name)
+            try:
+                current = await self._get_pod(namespace, name)
+            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
+                raise BindFailed(f"binding {namespace}/{name} to {node}: conflict, and reading the pod "
+                                 f"back failed: {exc}") from exc
             if current is not None and (current.get("spec") or {}).get("nodeName") == node:
                 return
         raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_message(resp.status, text)}")

@@ -64,6 +64,12 @@ class Metrics:
             registry=r,
         )
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
+        self.rechecks = Counter(
+            "quorum_gang_rechecks_total",
+            "Gangs asked to retry because the cluster changed right after they were rejected "
+            "(kube-scheduler may have retried them before Quorum's watch saw the change).",
+            registry=r,
+        )
         self.watch_restarts = Counter(
             "quorum_watch_restarts_total", "Watch streams restarted, by kind and reason.", ["kind", "reason"],
             registry=r,

@@ -119,6 +119,7 @@ async def handle_debug_gangs(request: web.Request) -> web.Response:
         "gangs": coordinator.snapshot(),
         "reservedPods": len(coordinator.reserved_uid),
         "reservedNodes": sorted(coordinator.reserved_on_node),
+        "inflightBinds": coordinator.inflight_snapshot(),
         "cache": request.app[CACHE].counts(),
     }
     return _json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))

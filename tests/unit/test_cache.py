@@ -52,10 +52,11 @@ def test_recorded_node_record() -> None:
 
 def test_node_upsert_and_delete(cache: ClusterCache, events: list[CacheEvent]) -> None:
     assert len(cache.nodes) == 8
-    version = cache.version
+    version = cache.capacity_version
     cache.upsert_node(make_node(N0, "b0", "b0-r0", gpus=4))
     assert cache.nodes[N0].allocatable["nvidia.com/gpu"] == 4
-    assert cache.version > version
+    assert cache.capacity_version > version
+    assert events == []  # a node that shrank cannot make room for anything
     cache.delete_node(N0)
     assert N0 not in cache.nodes
     assert N0 not in cache.domain_nodes[R00]
@@ -153,12 +154,12 @@ def test_delete_emits_pod_removed_and_frees(cache: ClusterCache, events: list[Ca
     cache.upsert_pod(pod)
     events.clear()
     cache.delete_pod(pod)
-    assert kinds(events) == [("pod-removed", "u0")]
+    assert kinds(events) == [("pod-removed", "u0"), ("capacity-freed", N0)]
     assert events[0].pod is not None and events[0].pod.name == "w0"
     assert "u0" not in cache.pods
     assert cache.node_pod_count[N0] == 0
     cache.delete_pod(pod)  # already gone: no second event
-    assert len(events) == 1
+    assert len(events) == 2
 
 
 def test_replace_pods_removes_missing(cache: ClusterCache, events: list[CacheEvent]) -> None:
@@ -355,7 +356,7 @@ def test_deleted_node_stops_counting_its_domains(cache: ClusterCache) -> None:
     assert cache.node_pod_count[N0] == 0
 
 
-# --------------------------------------------------------------------------- counts and version
+# --------------------------------------------------------------------------- counts and capacity version
 
 
 def test_counts(cache: ClusterCache) -> None:
@@ -365,17 +366,72 @@ def test_counts(cache: ClusterCache) -> None:
     assert cache.counts() == {"nodes": 8, "pods": 2, "podgroups": 1}
 
 
-def test_version_moves_on_every_change(cache: ClusterCache) -> None:
-    steps = [
-        lambda: cache.upsert_pod(make_pod("w0", "u0")),
+def test_capacity_version_moves_only_when_free_capacity_can_change(cache: ClusterCache) -> None:
+    pending = make_pod("w0", "u0")
+    cache.upsert_pod(pending)
+    moving = [
         lambda: cache.upsert_pod(make_pod("w0", "u0", node=N0, phase="Running")),
         lambda: cache.delete_pod(make_pod("w0", "u0")),
-        lambda: cache.upsert_podgroup(make_podgroup("train-a", 2)),
-        lambda: cache.delete_podgroup(make_podgroup("train-a", 2)),
         lambda: cache.upsert_node(make_node("kwok-b9-r0-n0", "b9", "b9-r0")),
         lambda: cache.delete_node("kwok-b9-r0-n0"),
     ]
-    for step in steps:
-        before = cache.version
+    for step in moving:
+        before = cache.capacity_version
         step()
-        assert cache.version > before
+        assert cache.capacity_version > before
+    cache.upsert_pod(make_pod("w1", "u1"))
+    still = [
+        lambda: cache.upsert_pod({**make_pod("w1", "u1"), "status": {"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}),
+        lambda: cache.upsert_podgroup(make_podgroup("train-a", 2)),
+        lambda: cache.delete_podgroup(make_podgroup("train-a", 2)),
+    ]
+    for step in still:
+        before = cache.capacity_version
+        step()
+        assert cache.capacity_version == before
+
+
+# --------------------------------------------------------------------------- changes that can help a gang
+
+
+def test_capacity_freed_when_a_node_appears_or_grows(cache: ClusterCache, events: list[CacheEvent]) -> None:
+    cache.upsert_node(make_node("kwok-b9-r0-n0", "b9", "b9-r0"))
+    assert kinds(events) == [("capacity-freed", "kwok-b9-r0-n0")]
+    events.clear()
+    cache.upsert_node(make_node("kwok-b9-r0-n0", "b9", "b9-r0"))  # a heartbeat: same allocatable
+    assert events == []
+    cache.upsert_node(make_node("kwok-b9-r0-n0", "b9", "b9-r0", gpus=16))
+    assert kinds(events) == [("capacity-freed", "kwok-b9-r0-n0")]
+
+
+def test_capacity_freed_only_once_a_pod_stops_holding_it(
+    cache: ClusterCache, events: list[CacheEvent]
+) -> None:
+    pod = make_pod("w0", "u0", node=N0, phase="Running")
+    cache.upsert_pod(pod)
+    cache.upsert_pod(make_pod("w0", "u0", node=N0, phase="Running", deleting=True))
+    assert ("capacity-freed", N0) not in kinds(events)  # terminating pods still hold their node
+    cache.upsert_pod(make_pod("w0", "u0", node=N0, phase="Succeeded", deleting=True))
+    assert kinds(events)[-1] == ("capacity-freed", N0)
+    events.clear()
+    cache.delete_pod(pod)  # already counted as freed
+    assert kinds(events) == [("pod-removed", "u0")]
+
+
+def test_member_ready_when_a_schedulable_pod_joins_a_gang(
+    cache: ClusterCache, events: list[CacheEvent]
+) -> None:
+    pod = make_pod("w0", "u0", gang_annotation="train", min_count=2)
+    cache.upsert_pod(pod)
+    assert kinds(events) == [("member-ready", "ml/train")]
+    cache.upsert_pod(pod)  # a status update of the same pending member
+    assert kinds(events) == [("member-ready", "ml/train")]
+    gated = make_pod("w1", "u1", gang_annotation="train", min_count=2)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    cache.upsert_pod(gated)
+    assert len(events) == 1  # held by a gate: not schedulable yet
+    del gated["spec"]["schedulingGates"]
+    cache.upsert_pod(gated)
+    assert kinds(events)[-1] == ("member-ready", "ml/train")
+    assert events[-1].pod is not None and events[-1].pod.uid == "u1"

@@ -11,7 +11,12 @@ import pytest
 
 from extender.cache import ClusterCache
 from extender.config import Config, GangTimings
-from extender.coordinator import BindFailed, Coordinator
+from extender.coordinator import (
+    RECHECK_DELAY_SECONDS,
+    STALE_ANSWER_WINDOW_SECONDS,
+    BindFailed,
+    Coordinator,
+)
 from extender.metrics import Metrics
 from extender.records import PodRecord
 
@@ -26,11 +31,14 @@ class FakeActions:
         self.binds: list[tuple[str, str]] = []
         self.requeued: list[str] = []
         self.fail: set[str] = set()
+        self.crash: set[str] = set()
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
         if name in self.fail:
             raise BindFailed(f"binding {namespace}/{name} refused")
+        if name in self.crash:
+            raise ConnectionResetError("connection reset by peer")
         self.binds.append((name, node))
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
@@ -177,6 +185,70 @@ async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> N
     assert "uid-w3" in world.coordinator.gangs["ml/w"].reservation
 
 
+async def test_member_seen_by_the_scheduler_before_the_watch_counts_itself() -> None:
+    world = World()
+    gang_of(world, 3, min_count=4)
+    last = pod("w3", gang="w", min_count=4)  # kube-scheduler has it; our watch has not delivered it
+    decision = world.coordinator.filter(last, world.names)
+    assert len(decision.passing) == 1
+    assert set(world.coordinator.gangs["ml/w"].reservation) == {"uid-w0", "uid-w1", "uid-w2", "uid-w3"}
+
+
+# ------------------------------------------------------------------ answers given from a lagging watch
+
+
+async def settle() -> None:
+    await asyncio.sleep(RECHECK_DELAY_SECONDS + 0.05)
+
+
+async def test_no_fit_answered_before_the_watch_saw_capacity_freed_is_retried_once() -> None:
+    world = World()
+    # Rack b0-r0 is full; every other rack has 4 of its 16 GPUs free: a 16-GPU gang fits nowhere.
+    for i, name in enumerate(world.names):
+        used = 8 if name.startswith("b0-r0") or name.endswith("n0") else 4
+        world.add(pod(f"busy{i}", gpus=used, node_name=name))
+    gang_of(world, 4, min_count=4, gpus=4, required="rack")
+    assert world.filter("w0").passing == []
+    assert world.filter("w1").passing == []  # answered from the cached no-fit
+    await settle()
+    assert world.actions.requeued == []  # nothing changed: nobody is nudged
+    # kube-scheduler saw rack b0-r0 emptied and retried at once; our watch delivers it only now.
+    world.cache.delete_pod(world.pods["busy0"])
+    world.cache.delete_pod(world.pods["busy1"])
+    await settle()
+    assert world.actions.requeued == ["w0"]  # one member: its placement wakes the rest
+    assert world.sample("quorum_gang_rechecks_total") == 1
+    assert len(world.filter("w0").passing) == 1
+    await asyncio.sleep(0)
+    assert sorted(world.actions.requeued) == ["w0", "w1", "w2", "w3"]
+
+
+async def test_rejections_older_than_the_window_are_left_to_the_scheduler() -> None:
+    world = World()
+    now = [1000.0]
+    world.coordinator.clock = lambda: now[0]
+    for i, name in enumerate(world.names):
+        world.add(pod(f"busy{i}", gpus=8, node_name=name))
+    gang_of(world, 2, min_count=2, gpus=4)
+    assert world.filter("w0").passing == []
+    now[0] += STALE_ANSWER_WINDOW_SECONDS + 1
+    world.cache.delete_pod(world.pods["busy0"])
+    await settle()
+    assert world.actions.requeued == []
+
+
+async def test_gang_rejected_for_missing_members_is_retried_when_the_last_one_arrives() -> None:
+    world = World()
+    gang_of(world, 3, min_count=4)
+    assert world.filter("w0").passing == []
+    await settle()
+    assert world.actions.requeued == []
+    world.add(pod("w3", gang="w", min_count=4))
+    await settle()
+    assert world.actions.requeued == ["w0"]
+    assert world.sample("quorum_gang_rechecks_total") == 1
+
+
 async def test_gang_rejections_are_unresolvable_so_they_never_trigger_preemption() -> None:
     world = World()
     gang_of(world, 1, min_count=2)
@@ -263,6 +335,20 @@ async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes(
     decision = world.filter("w4")
     assert len(decision.passing) == 1
     assert world.sample("quorum_placements_total", result="nofit") == 1
+    assert world.sample("quorum_placements_total", result="fit") == 1
+
+
+async def test_no_fit_holds_only_for_the_nodes_it_was_computed_against() -> None:
+    world = World()
+    gang_of(world, 4, min_count=4, gpus=4, required="rack")
+    # kube-scheduler's cache still counts pods on b0-r0-n1 that Quorum has seen deleted: it offers
+    # only part of the rack, then the whole cluster once its own watch catches up.
+    partial = [n for n in world.names if n != "b0-r0-n1" and not n.startswith(("b0-r1", "b1"))]
+    assert world.filter("w0", partial).passing == []
+    assert "best rack fits 2" in world.filter("w1", partial).unresolvable["b0-r0-n0"]
+    assert world.filter("w2", partial[::-1]).passing == []  # same nodes, another starting point
+    assert world.sample("quorum_placements_total", result="nofit") == 1  # cached for the same nodes
+    assert len(world.filter("w1", list(reversed(world.names))).passing) == 1
     assert world.sample("quorum_placements_total", result="fit") == 1
 
 
@@ -366,6 +452,10 @@ async def test_plain_pod_binds_immediately() -> None:
     world.add(pod("p"))
     assert await world.bind("p", "b0-r0-n0") == ""
     assert world.actions.binds == [("p", "b0-r0-n0")]
+    # Until the watch shows the binding, the pod's requests count as used and /debug shows it.
+    assert world.coordinator.inflight_snapshot() == {"ml/p": "b0-r0-n0"}
+    world.bind_in_cache("p", "b0-r0-n0")
+    assert world.coordinator.inflight_snapshot() == {}
 
 
 async def test_failed_bind_is_reported_to_the_scheduler() -> None:
@@ -375,6 +465,15 @@ async def test_failed_bind_is_reported_to_the_scheduler() -> None:
     assert "refused" in await world.bind("p", "b0-r0-n0")
     assert world.sample("quorum_binds_total", outcome="error") == 1
     assert world.coordinator.inflight == {}
+
+
+async def test_unexpected_bind_error_is_reported_and_leaves_no_capacity_counted() -> None:
+    world = World()
+    world.add(pod("p", gpus=8))
+    world.actions.crash.add("p")
+    assert await world.bind("p", "b0-r0-n0") == "connection reset by peer"
+    assert world.coordinator.inflight == {}
+    assert world.coordinator._free("b0-r0-n0", None) == world.cache.free_on(world.cache.nodes["b0-r0-n0"])
 
 
 async def test_bound_members_count_towards_quorum() -> None:

@@ -340,6 +340,7 @@ async def test_debug_gangs_is_json(stack: Stack) -> None:
     assert [g["gang"] for g in doc["gangs"]] == ["ml/train-a"]
     assert doc["gangs"][0]["phase"] == "WaitingForMembers"
     assert doc["reservedPods"] == 0
+    assert doc["inflightBinds"] == {}
 
 
 # --------------------------------------------------------------------------- bad input
