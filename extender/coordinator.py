@@ -151,6 +151,7 @@ class Coordinator:
         self._score_fragments: list[dict[str, bytes]] = [{} for _ in range(11)]
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recheck: asyncio.TimerHandle | None = None
+        self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
         cache.listeners.append(self.on_cache_event)
 
     # ------------------------------------------------------------------ helpers
@@ -346,7 +347,7 @@ class Coordinator:
             missing = spec.min_count - alive
             gated = sum(1 for m in members if m.gated and not m.terminal and not m.deleting)
             held_back = f" ({gated} held by scheduling gates)" if gated else ""
-            state.rejected_at = now
+            state.rejected_at = self._last_rejection = now
             return _reject_all(
                 candidates,
                 f"gang {key}: {alive}/{spec.min_count} pods exist{held_back}, waiting for {missing}",
@@ -359,11 +360,11 @@ class Coordinator:
             )
         if (state.nofit_version == self._fit_version(key) and state.last_reason
                 and state.nofit_candidates == _fingerprint(candidates)):
-            state.rejected_at = now
+            state.rejected_at = self._last_rejection = now
             return _reject_all(candidates, state.last_reason)
         decision = self._place(state, spec, pod, candidates, members, bound)
         if not decision.passing:
-            state.rejected_at = now
+            state.rejected_at = self._last_rejection = now
         return decision
 
     def _fit_version(self, key: str) -> tuple[int, ...]:
@@ -781,7 +782,7 @@ class Coordinator:
         if self._recheck is not None:
             return
         horizon = self.clock() - STALE_ANSWER_WINDOW_SECONDS
-        if not any(state.rejected_at > horizon for state in self.gangs.values()):
+        if self._last_rejection <= horizon:  # O(1): called for every pod and node change
             return
         try:
             loop = asyncio.get_running_loop()
