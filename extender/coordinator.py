@@ -905,12 +905,12 @@ class Coordinator:
 
 
 def _fingerprint(candidates: list[str]) -> tuple[int, int]:
-    """Identifies a set of node names whatever their order (kube-scheduler rotates its start node).
+    """Identifies a set of node names whatever their order (kube-scheduler's varies between calls).
 
     A no-fit holds only for the nodes it was computed against: kube-scheduler's own cache can lag
     Quorum's, so an early retry may offer fewer nodes than a later one.
     """
-    return len(candidates), sum(map(hash, candidates))
+    return len(candidates), hash(frozenset(candidates))  # ~0.1 ms at 5,000 nodes, only on a no-fit
 
 
 def _reject_all(candidates: list[str], reason: str) -> FilterDecision:
