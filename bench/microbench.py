@@ -22,7 +22,8 @@ Cases: (a) a plain pod, no reservations anywhere; (b) a plain pod while gangs ho
 member, whose filter answers its reserved node, and its prioritize over every node (the distance
 scoring path; the scheduler skips prioritize when one node is feasible, so this shows the cost of that
 path rather than a call that happens for this pod); (d) a member of a gang still waiting for quorum,
-rejected on every node.
+rejected on every node; (e) a member of a gang that fits in no rack, answered from the cached no-fit
+(the first call, in the warm-up, does the search).
 
 Finally a **memory** process measures the RSS of a cache holding 5,000 nodes and 50,000 realistic
 pods added through ``cache.upsert_pod`` (each full object is decoded from JSON like the informer does,
@@ -69,6 +70,7 @@ RACKS_PER_BLOCK = 16
 GANGS = 4  # gangs that get a reservation in case (b)
 GANG_SIZE = 16  # members per gang, 8 GPUs each: one whole odd rack per gang
 WAITING_GANG_PODS = 4  # the case (d) gang has this many of its GANG_SIZE members
+NOFIT_GANG_SIZE = GANG_SIZE + 1  # the case (e) gang: one member more than a rack has nodes
 TIMING_HEADER = "X-Bench-Handler-Ns"
 GPU = "nvidia.com/gpu"
 
@@ -287,7 +289,9 @@ class Cluster:
         self.gang_pods = [[gang_pod(8_000_000 + g * 100 + m, f"train-{g}", m) for m in range(GANG_SIZE)]
                           for g in range(GANGS)]
         self.waiting_pods = [gang_pod(8_100_000 + m, "train-waiting", m) for m in range(WAITING_GANG_PODS)]
-        for pod in [p for gang in self.gang_pods for p in gang] + self.waiting_pods:
+        self.nofit_pods = [gang_pod(8_200_000 + m, "train-nofit", m, NOFIT_GANG_SIZE)
+                           for m in range(NOFIT_GANG_SIZE)]
+        for pod in [p for gang in self.gang_pods for p in gang] + self.waiting_pods + self.nofit_pods:
             self.cache.upsert_pod(pod)
         for kind in self.cache.synced:
             self.cache.synced[kind] = True
@@ -305,12 +309,14 @@ SERIES_AFTER = [
     ("c", "filter", "reserved-member"),
     ("c", "prioritize", "reserved-member"),
     ("d", "filter", "waiting-member"),
+    ("e", "filter", "nofit-member"),
 ]
 CASES = {
     "a": "plain pod, no reservations",
     "b": f"plain pod, {GANGS} gangs x {GANG_SIZE} nodes reserved",
     "c": "reserved gang member",
     "d": f"gang member waiting for quorum ({WAITING_GANG_PODS}/{GANG_SIZE})",
+    "e": f"member of a gang that fits in no rack ({NOFIT_GANG_SIZE} x 8 GPUs): cached no-fit",
 }
 
 
@@ -569,6 +575,7 @@ def request_bodies(nodes: int) -> dict[str, bytes | None]:
         "plain": body(plain_pod()),
         "reserved-member": body(gang_pod(8_000_000 + 1, "train-0", 1)),
         "waiting-member": body(gang_pod(8_100_000, "train-waiting", 0)),
+        "nofit-member": body(gang_pod(8_200_000, "train-nofit", 0, NOFIT_GANG_SIZE)),
     }
     for g in range(GANGS):
         bodies[f"gang-{g}-trigger"] = body(gang_pod(8_000_000 + g * 100, f"train-{g}", 0))
