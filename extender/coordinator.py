@@ -363,7 +363,7 @@ class Coordinator:
             state.rejected_at = self._last_rejection = now
             return _reject_all(candidates, state.last_reason)
         decision = self._place(state, spec, pod, candidates, members, bound)
-        if not decision.passing:
+        if not decision.passing and state.nofit_version:  # a no-fit, not a misconfiguration
             state.rejected_at = self._last_rejection = now
         return decision
 

@@ -223,6 +223,17 @@ async def test_no_fit_answered_before_the_watch_saw_capacity_freed_is_retried_on
     assert sorted(world.actions.requeued) == ["w0", "w1", "w2", "w3"]
 
 
+async def test_unknown_required_level_is_reported_and_not_retried_on_every_change() -> None:
+    world = World()
+    world.add(pod("busy", gpus=8, node_name="b0-r0-n0"))
+    gang_of(world, 2, min_count=2, required="row")
+    reason = world.filter("w0").unresolvable["b0-r0-n1"]
+    assert reason == "gang ml/w: required topology 'row' is not a configured level (block, rack, host)"
+    world.cache.delete_pod(world.pods["busy"])
+    await settle()
+    assert world.actions.requeued == []  # freed capacity cannot fix a configuration error
+
+
 async def test_rejections_older_than_the_window_are_left_to_the_scheduler() -> None:
     world = World()
     now = [1000.0]
