@@ -1,4 +1,5 @@
-"""Topology: a required rack is honoured (and is a hard constraint); a preferred rack packs tightly.
+"""Topology: a required rack is honoured (and is a hard constraint), also when gangs queue for it;
+a preferred rack packs tightly.
 
 Without Quorum's placement, kube-scheduler's default scoring spreads pods over the emptiest nodes,
 so these gangs would land in many racks and blocks.
@@ -7,6 +8,7 @@ so these gangs would land in many racks and blocks.
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -49,6 +51,51 @@ def test_required_rack_gang_binds_inside_one_rack(scenario: Scenario) -> None:
     placement = sc.wait_bound(second, timeout=90, what="gang 'second' bound after 'first' was deleted")
     used_racks, _ = sc.racks_and_blocks(placement)
     assert used_racks == {whole_rack}, f"gang 'second' must fill rack {whole_rack}, got {placement}"
+    sc.finish()
+
+
+def test_the_only_free_rack_is_handed_from_gang_to_gang_without_stalling(scenario: Scenario) -> None:
+    """Gangs queue for the one rack that can hold them; each binds as soon as the previous one goes.
+
+    A waiting gang is retried by kube-scheduler on every deletion of the previous gang's pods, and
+    kube-scheduler's watch and Quorum's can each be ahead of the other by a few of those deletions.
+    Quorum must never keep an answer computed from a partly freed rack once the whole rack is free
+    (that gang would otherwise wait for the scheduler's 5-minute flush). Several rounds make such an
+    interleaving likely.
+    """
+    sc, topo = scenario, scenario.topo
+    racks = list(topo.racks)
+    gpn, rack_gpus = topo.gpus_per_node, topo.rack_gpus
+    why = topo.shortfall(nodes_per_rack=2) or (None if len(racks) >= 2 else "needs >= 2 racks")
+    if why:
+        pytest.skip(why)
+    whole_rack = racks[-1]
+    sc.blockers([topo.racks[r][0] for r in racks[:-1]], gpus=gpn)
+    per_pod = max(1, gpn // 2)
+    size = rack_gpus // per_pod
+
+    def queue(name: str) -> list[str]:
+        return [m["metadata"]["name"] for m in sc.gang(name, size, gpus=per_pod, required="rack")]
+
+    holder = queue("round-0")
+    sc.wait_bound(holder, timeout=60, what="gang 'round-0' bound")
+    handovers: list[float] = []
+    for i in range(1, 11):
+        waiting = queue(f"round-{i}")
+        sc.wait_for(f"gang 'round-{i}' rejected while the rack is taken",
+                    lambda i=i: [m for m in sc.scheduling_messages() if f"gang {sc.ns}/round-{i}" in m],
+                    timeout=20)
+        sc.watcher.retire(f"round-{i - 1}")
+        started = time.monotonic()
+        sc.delete(holder, wait=False)
+        placement = sc.wait_bound(waiting, timeout=45,
+                                  what=f"gang 'round-{i}' bound after 'round-{i - 1}' was deleted")
+        handovers.append(round(time.monotonic() - started, 2))
+        used_racks, _ = sc.racks_and_blocks(placement)
+        assert used_racks == {whole_rack}, f"gang 'round-{i}' must fill rack {whole_rack}, got {placement}"
+        sc.delete(holder)  # gone for good before the next round starts
+        holder = waiting
+    sc.record("handover_seconds", handovers)
     sc.finish()
 
 
