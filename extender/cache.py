@@ -21,7 +21,7 @@ from .resources import Resources, add_into, subtract_into
 class CacheEvent:
     """What the coordinator needs to hear about; ``key`` is a pod uid, node name or gang key."""
 
-    kind: str  # see the EVENT_* names below
+    kind: str  # one of the event kinds below
     key: str
     pod: PodRecord | None = None
 
@@ -273,6 +273,10 @@ class ClusterCache:
 
     def members(self, gang_key: str) -> list[PodRecord]:
         return [self.pods[uid] for uid in self.gang_members.get(gang_key, ()) if uid in self.pods]
+
+    def bound_count(self, gang_key: str) -> int:
+        """Members holding capacity on a node: what counts towards a gang running."""
+        return sum(1 for m in self.members(gang_key) if m.holds_capacity)
 
     def counts(self) -> dict[str, int]:
         return {

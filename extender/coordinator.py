@@ -340,14 +340,14 @@ class Coordinator:
             wait = state.backoff_until - now
             return _reject_all(candidates, f"gang {key}: {state.last_reason} ({wait:.0f}s left)")
 
-        alive = sum(1 for m in members if m.counts_for_quorum)
+        alive = _alive(members)
         if uid not in self.cache.pods:
             alive += 1  # kube-scheduler saw this pod before our watch did; it is pending by definition
         if alive < spec.min_count:
             missing = spec.min_count - alive
             gated = sum(1 for m in members if m.gated and not m.terminal and not m.deleting)
             held_back = f" ({gated} held by scheduling gates)" if gated else ""
-            state.rejected_at = self._last_rejection = now
+            self._note_rejection(state, now)
             return _reject_all(
                 candidates,
                 f"gang {key}: {alive}/{spec.min_count} pods exist{held_back}, waiting for {missing}",
@@ -360,11 +360,11 @@ class Coordinator:
             )
         if (state.nofit_version == self._fit_version(key) and state.last_reason
                 and state.nofit_candidates == _fingerprint(candidates)):
-            state.rejected_at = self._last_rejection = now
+            self._note_rejection(state, now)
             return _reject_all(candidates, state.last_reason)
         decision = self._place(state, spec, pod, candidates, members, bound)
         if not decision.passing and state.nofit_version:  # a no-fit, not a misconfiguration
-            state.rejected_at = self._last_rejection = now
+            self._note_rejection(state, now)
         return decision
 
     def _fit_version(self, key: str) -> tuple[int, ...]:
@@ -655,7 +655,7 @@ class Coordinator:
     def _maybe_release_quorum(self, state: GangState) -> None:
         spec = self.cache.gang_spec(state.key)
         min_count = spec.min_count if spec is not None else state.min_count_reserved
-        bound = sum(1 for m in self.cache.members(state.key) if m.holds_capacity)
+        bound = self.cache.bound_count(state.key)
         if len(state.held) + bound < min_count:
             return
         state.quorum_reached = True
@@ -704,7 +704,7 @@ class Coordinator:
             return
         spec = self.cache.gang_spec(key)
         min_count = spec.min_count if spec is not None else state.min_count_reserved
-        bound = sum(1 for m in self.cache.members(key) if m.holds_capacity)
+        bound = self.cache.bound_count(key)
         reason = (
             f"gang {key}: quorum not reached within {self.config.gang.bind_timeout_seconds:g}s "
             f"({len(state.held) + bound}/{min_count} members reached bind)"
@@ -732,7 +732,7 @@ class Coordinator:
         spec = self.cache.gang_spec(record.gang_key)
         if spec is None or not spec.is_gang:
             return False
-        running = sum(1 for m in self.cache.members(record.gang_key) if m.holds_capacity)
+        running = self.cache.bound_count(record.gang_key)
         return running <= spec.min_count
 
     # ------------------------------------------------------------------ cache events
@@ -772,11 +772,14 @@ class Coordinator:
             spec = self.cache.gang_spec(event.key)
             active = changed is not None and changed.reservation and not changed.quorum_reached
             if changed is not None and spec is not None and active:
-                bound = sum(1 for m in self.cache.members(event.key) if m.holds_capacity)
+                bound = self.cache.bound_count(event.key)
                 needed = spec.min_count - bound
                 if needed > len(changed.reservation) + len(changed.held):
                     self._release(changed, f"gang {event.key}: min count raised to {spec.min_count}",
                                   "gang-changed")
+
+    def _note_rejection(self, state: GangState, now: float) -> None:
+        state.rejected_at = self._last_rejection = now
 
     def _schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -805,7 +808,7 @@ class Coordinator:
             if spec is None or not spec.is_gang:
                 continue
             members = self.cache.members(key)
-            if sum(1 for m in members if m.counts_for_quorum) < spec.min_count:
+            if _alive(members) < spec.min_count:
                 continue  # still short of members: the same answer again
             if state.nofit_version and state.nofit_version == self._fit_version(key):
                 continue  # nothing the placement depends on has moved
@@ -820,7 +823,7 @@ class Coordinator:
         spec = self.cache.gang_spec(key)
         if state is None or spec is None:
             return
-        bound = sum(1 for m in self.cache.members(key) if m.holds_capacity)
+        bound = self.cache.bound_count(key)
         if bound >= spec.min_count:
             state.failures = 0
             state.replans = 0
@@ -853,8 +856,7 @@ class Coordinator:
             return RESERVED
         if state.backoff_until > self.clock():
             return BACKOFF
-        alive = sum(1 for m in members if m.counts_for_quorum)
-        if alive < spec.min_count:
+        if _alive(members) < spec.min_count:
             return WAITING_FOR_MEMBERS
         return PENDING
 
@@ -902,6 +904,11 @@ class Coordinator:
                 }
             )
         return out
+
+
+def _alive(members: Iterable[PodRecord]) -> int:
+    """Members that count towards the quorum gate: bound, or pending and schedulable now."""
+    return sum(1 for m in members if m.counts_for_quorum)
 
 
 def _fingerprint(candidates: list[str]) -> tuple[int, int]:

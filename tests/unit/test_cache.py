@@ -197,6 +197,15 @@ def test_gang_membership_via_scheduling_group(cache: ClusterCache) -> None:
     assert cache.gang_spec("ml/train-a") is None  # no PodGroup yet, no annotations: unknown size
 
 
+def test_bound_count_counts_members_holding_capacity(cache: ClusterCache) -> None:
+    cache.upsert_pod(make_pod("w0", "u0", group="train-a", node=N0, phase="Running"))
+    cache.upsert_pod(make_pod("w1", "u1", group="train-a", node=N1, phase="Succeeded"))
+    cache.upsert_pod(make_pod("w2", "u2", group="train-a"))
+    cache.upsert_pod(make_pod("x0", "u3", group="train-b", node=N0, phase="Running"))
+    assert cache.bound_count("ml/train-a") == 1  # finished and pending members do not count
+    assert cache.bound_count("ml/unknown") == 0
+
+
 def test_gang_membership_and_spec_via_annotations(cache: ClusterCache) -> None:
     annotations = {"quorum.dev/required-topology": "rack"}
     for i in range(3):
