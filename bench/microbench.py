@@ -58,12 +58,12 @@ if str(ROOT) not in sys.path:
 
 import orjson  # noqa: E402
 
-from extender import wire  # noqa: E402
-from extender.cache import ClusterCache  # noqa: E402
+from extender.adapters import wire  # noqa: E402
+from extender.cluster.cache import ClusterCache  # noqa: E402
+from extender.cluster.records import PodRecord  # noqa: E402
 from extender.config import Config, GangTimings  # noqa: E402
-from extender.coordinator import Coordinator  # noqa: E402
+from extender.gang.coordinator import Coordinator  # noqa: E402
 from extender.metrics import Metrics  # noqa: E402
-from extender.records import PodRecord  # noqa: E402
 
 NODES_PER_RACK = 16
 RACKS_PER_BLOCK = 16
@@ -377,7 +377,7 @@ def server_main(nodes: int, pods_per_node: int, conn: Any) -> None:
     """Child process: build the cluster, serve build_app, obey control messages on ``conn``."""
     from aiohttp import web
 
-    from extender.server import build_app
+    from extender.adapters.server import build_app
 
     cluster = Cluster(nodes, pods_per_node)
     app = build_app(cluster.coordinator, cluster.cache, cluster.metrics, lambda: True,
@@ -591,6 +591,7 @@ def inprocess_main(nodes: int, pods_per_node: int, warmup: int, requests: int, p
     cluster = Cluster(nodes, pods_per_node)
     bodies = request_bodies(nodes)
     coordinator = cluster.coordinator
+    encoder = wire.ScoreEncoder(cluster.cache.nodes.__contains__, lambda: 2 * len(cluster.cache.nodes) + 1024)
     out: dict[str, Any] = {"series": [], "placements_ms": [], "profiles": {}}
 
     def once(verb: str, body: bytes) -> tuple[int, int, int]:
@@ -598,13 +599,13 @@ def inprocess_main(nodes: int, pods_per_node: int, warmup: int, requests: int, p
         args = wire.parse_extender_args(body)
         t1 = time.perf_counter_ns()
         if verb == "filter":
-            decision = coordinator.filter(args.pod, args.candidate_names)
+            decision = coordinator.filter(args.pod, args.declared_gang, args.candidate_names)
             t2 = time.perf_counter_ns()
             wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable)
         else:
-            fragments = coordinator.prioritize(args.pod, args.candidate_names)
+            table = coordinator.prioritize(args.pod, args.candidate_names)
             t2 = time.perf_counter_ns()
-            wire.host_priority_list(fragments)
+            encoder.encode(args.candidate_names, table)
         t3 = time.perf_counter_ns()
         return t1 - t0, t2 - t1, t3 - t2
 
@@ -644,7 +645,8 @@ def inprocess_main(nodes: int, pods_per_node: int, warmup: int, requests: int, p
         for g in range(GANGS):
             pod = cluster.gang_pods[g][0]
             t0 = time.perf_counter_ns()
-            decision = coordinator.filter(pod, list(cluster.names))
+            member = wire.parse_extender_args(orjson.dumps({"Pod": pod, "NodeNames": []}))
+            decision = coordinator.filter(member.pod, member.declared_gang, list(cluster.names))
             out["placements_ms"].append((time.perf_counter_ns() - t0) / 1e6)
             if len(decision.passing) != 1:
                 raise RuntimeError(f"gang {g} did not reserve in-process")

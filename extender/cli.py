@@ -11,12 +11,12 @@ from aiohttp import web
 
 from . import config as cfg
 from . import logs
-from .cache import ClusterCache
-from .coordinator import Coordinator
-from .informer import Informer
-from .kube import KubeClient, load_credentials
+from .adapters.informer import Informer
+from .adapters.kube import KubeClient, load_credentials
+from .adapters.server import build_app
+from .cluster.cache import ClusterCache
+from .gang.coordinator import Coordinator
 from .metrics import Metrics
-from .server import build_app
 
 log = logging.getLogger("extender")
 

@@ -16,8 +16,9 @@ step "installing Python dependencies into .venv"
 bash hack/setup-python.sh
 bash hack/ensure-tools.sh
 
-step "lint and type checks"
-.venv/bin/ruff check extender tests bench hack examples
+step "lint, layers and type checks"
+.venv/bin/ruff check extender tests bench hack examples   # includes C901: complexity <= 15
+.venv/bin/lint-imports                                      # the layer contract in pyproject.toml
 .venv/bin/mypy
 
 step "unit tests"

@@ -15,8 +15,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from extender.coordinator import BindFailed
-from extender.records import PodRecord
+from extender.cluster.records import PodRecord
+from extender.gang.coordinator import BindFailed
 
 DATA_DIR = Path(__file__).parent / "data"
 

@@ -1,11 +1,11 @@
-"""extender.cache.ClusterCache: nodes, pod accounting, gang membership, PodGroups, domains, events."""
+"""extender.cluster.cache.ClusterCache: nodes, pod accounting, gang membership, PodGroups, domains, events."""
 
 from __future__ import annotations
 
 import pytest
 
-from extender.cache import CacheEvent, ClusterCache
-from extender.records import GangSpec
+from extender.cluster.cache import CacheEvent, ClusterCache
+from extender.cluster.records import GangSpec
 
 from .fixtures import LEVEL_LABELS, bound, load, make_node, make_pod, make_podgroup, topology_nodes
 

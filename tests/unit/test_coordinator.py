@@ -9,16 +9,18 @@ from typing import Any
 
 import pytest
 
-from extender.cache import ClusterCache
+from extender.adapters.wire import ScoreEncoder
+from extender.cluster.cache import ClusterCache
+from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from extender.cluster.records import GangSpec, PodRecord, pod_record
 from extender.config import Config, GangTimings
-from extender.coordinator import (
+from extender.gang.coordinator import (
     RECHECK_DELAY_SECONDS,
     STALE_ANSWER_WINDOW_SECONDS,
     BindFailed,
     Coordinator,
 )
 from extender.metrics import Metrics
-from extender.records import PodRecord
 
 BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
 
@@ -102,6 +104,11 @@ def podgroup(name: str, min_count: int | None, topology_key: str | None = None) 
             "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
 
 
+def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
+    """The pod as the wire layer hands it to the core."""
+    return pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+
+
 class World:
     """A cache of 2 blocks x 2 racks x 2 nodes (8 GPUs each) with a coordinator on top."""
 
@@ -136,7 +143,8 @@ class World:
         self.cache.upsert_pod(obj)
 
     def filter(self, name: str, candidates: list[str] | None = None) -> Any:
-        return self.coordinator.filter(self.pods[name], candidates if candidates is not None else self.names)
+        return self.coordinator.filter(*typed(self.pods[name]),
+                                       candidates if candidates is not None else self.names)
 
     async def bind(self, name: str, node_name: str) -> str:
         obj = self.pods[name]
@@ -189,7 +197,7 @@ async def test_member_seen_by_the_scheduler_before_the_watch_counts_itself() -> 
     world = World()
     gang_of(world, 3, min_count=4)
     last = pod("w3", gang="w", min_count=4)  # kube-scheduler has it; our watch has not delivered it
-    decision = world.coordinator.filter(last, world.names)
+    decision = world.coordinator.filter(*typed(last), world.names)
     assert len(decision.passing) == 1
     assert set(world.coordinator.gangs["ml/w"].reservation) == {"uid-w0", "uid-w1", "uid-w2", "uid-w3"}
 
@@ -661,17 +669,18 @@ async def test_members_created_after_the_reservation_wait_for_it() -> None:
 # ---------------------------------------------------------------------------------- scoring
 
 
-def _scores(fragments: list[bytes]) -> dict[str, int]:
+def _scores(table: Any, world: World) -> dict[str, int]:
     import orjson
 
-    return {e["Host"]: e["Score"] for e in orjson.loads(b"[" + b",".join(fragments) + b"]")}
+    encoder = ScoreEncoder(world.cache.nodes.__contains__, lambda: 1000)
+    return {e["Host"]: e["Score"] for e in orjson.loads(encoder.encode(world.names, table))}
 
 
 async def test_gang_extras_score_by_topology_distance_from_the_gang() -> None:
     world = World()
     world.add(pod("w0", gang="w", min_count=1, node_name="b0-r0-n0"))
     world.add(pod("w1", gang="w", min_count=1))
-    scores = _scores(world.coordinator.prioritize(world.pods["w1"], world.names))
+    scores = _scores(world.coordinator.prioritize(typed(world.pods["w1"])[0], world.names), world)
     assert scores["b0-r0-n0"] == 10  # same host
     assert scores["b0-r0-n1"] > scores["b0-r1-n0"] > scores["b1-r0-n0"]  # rack > block > elsewhere
     assert scores["b1-r1-n1"] == 0
@@ -682,12 +691,12 @@ async def test_plain_pods_prefer_domains_in_use_and_keep_empty_ones_whole() -> N
     world = World()
     world.add(pod("busy", node_name="b0-r0-n0"))
     world.add(pod("plain"))
-    scores = _scores(world.coordinator.prioritize(world.pods["plain"], world.names))
+    scores = _scores(world.coordinator.prioritize(typed(world.pods["plain"])[0], world.names), world)
     assert scores["b0-r0-n0"] > scores["b0-r0-n1"] > scores["b0-r1-n0"] > scores["b1-r0-n0"]
     assert scores["b1-r1-n1"] == 0
     # Cached scores follow the cluster: once block 1 holds a pod its nodes score higher.
     world.add(pod("other", node_name="b1-r1-n1"))
-    scores = _scores(world.coordinator.prioritize(world.pods["plain"], world.names))
+    scores = _scores(world.coordinator.prioritize(typed(world.pods["plain"])[0], world.names), world)
     assert scores["b1-r1-n0"] > 0
 
 
@@ -703,7 +712,8 @@ async def test_preempt_passes_victims_through_but_protects_gangs_at_quorum() -> 
         "b0-r0-n0": {"Pods": [{"UID": "uid-w0"}], "NumPDBViolations": 0},
         "b0-r1-n0": {"Pods": [{"UID": "uid-plain"}], "NumPDBViolations": 0},
     }
-    assert world.coordinator.preempt(world.pods["plain"], victims) == {"b0-r1-n0": victims["b0-r1-n0"]}
+    kept = world.coordinator.preempt(typed(world.pods["plain"])[0], victims)
+    assert kept == {"b0-r1-n0": victims["b0-r1-n0"]}
 
 
 # ---------------------------------------------------------------------------------- introspection
@@ -733,6 +743,6 @@ async def test_member_not_yet_in_cache_is_placed_from_the_request(gpus: int) -> 
     world.cache.pods.pop("uid-w1")  # ...but pretend the watch lost it for the pending list
     world.cache.gang_members["ml/w"].discard("uid-w1")
     world.add(pod("w2", gang="w", min_count=2, gpus=gpus))
-    decision = world.coordinator.filter(late, world.names)
+    decision = world.coordinator.filter(*typed(late), world.names)
     assert len(decision.passing) == 1
     assert "uid-w1" in world.coordinator.gangs["ml/w"].reservation

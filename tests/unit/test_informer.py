@@ -1,4 +1,4 @@
-"""extender.informer.Informer against a scripted fake API client (no network, no long sleeps)."""
+"""extender.adapters.informer.Informer against a scripted fake API client (no network, no long sleeps)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from extender.cache import ClusterCache
-from extender.informer import Informer
-from extender.kube import ApiError, Gone
+from extender.adapters.informer import Informer
+from extender.adapters.kube import ApiError, Gone
+from extender.cluster.cache import ClusterCache
 from extender.metrics import Metrics
 
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup

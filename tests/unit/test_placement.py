@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from extender.placement import (
+from extender.topology.placement import (
     CandidateNode,
     Member,
     NoFit,

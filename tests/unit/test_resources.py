@@ -1,4 +1,4 @@
-"""extender.resources: quantities and effective pod requests, counted like kube-scheduler."""
+"""extender.cluster.resources: quantities and effective pod requests, counted like kube-scheduler."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from extender.resources import (
+from extender.cluster.resources import (
     QuantityError,
     add,
     parse_quantity,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from extender.records import domain_paths
-from extender.scoring import distance_scores, occupancy_score
+from extender.cluster.records import domain_paths
+from extender.topology.scoring import distance_scores, occupancy_score
 
 NODES = {
     "n1": ("b0", "b0-r0", "n1"),

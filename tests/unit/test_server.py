@@ -1,4 +1,4 @@
-"""extender.server over real HTTP (aiohttp test server): verbs, probes, metrics and bad input."""
+"""extender.adapters.server over real HTTP (aiohttp test server): verbs, probes, metrics and bad input."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from extender.cache import ClusterCache
+from extender.adapters.server import build_app
+from extender.cluster.cache import ClusterCache
 from extender.config import Config
-from extender.coordinator import Coordinator
+from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
-from extender.server import build_app
 
 from .fixtures import (
     GANG_POD_UID,

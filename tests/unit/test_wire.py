@@ -1,4 +1,4 @@
-"""extender.wire: the kube-scheduler extender/v1 wire format, both directions."""
+"""extender.adapters.wire: the kube-scheduler extender/v1 wire format, both directions."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from extender import wire
-from extender.wire import WireError
+from extender.adapters import wire
+from extender.adapters.wire import WireError
 
 from .fixtures import GANG_POD_UID, VICTIM_UID, load, make_node, make_pod, raw
 
@@ -31,8 +31,9 @@ def test_parse_node_cache_capable_args_as_recorded() -> None:
     assert args.node_names == ["kwok-b0-r0-n0", "kwok-b0-r0-n1", "kwok-b0-r1-n0"]
     assert args.nodes is None
     assert args.candidate_names == ["kwok-b0-r0-n0", "kwok-b0-r0-n1", "kwok-b0-r1-n0"]
-    assert args.pod["metadata"]["uid"] == GANG_POD_UID
-    assert args.pod["spec"]["schedulingGroup"] == {"podGroupName": "train-a"}
+    assert args.pod.uid == GANG_POD_UID
+    assert args.pod.gang_key == f"{args.pod.namespace}/train-a"
+    assert args.pod.requests  # computed once, at the edge
 
 
 def test_parse_full_node_list_args_as_recorded() -> None:
@@ -70,7 +71,7 @@ def test_empty_node_names_list_is_kept() -> None:
 def test_keys_are_matched_case_insensitively_like_go() -> None:
     args = wire.parse_extender_args(body({"pod": pod(), "nodes": None, "nodenames": ["kwok-b0-r0-n0"]}))
     assert args.node_names == ["kwok-b0-r0-n0"]
-    assert args.pod["metadata"]["name"] == "train-a-worker-0"
+    assert args.pod.name == "train-a-worker-0"
 
 
 def test_extra_keys_are_ignored() -> None:
@@ -162,7 +163,7 @@ def test_binding_result_shape() -> None:
 
 def test_parse_preemption_args_from_meta_victims() -> None:
     args = wire.parse_preemption_args(raw("preempt_args_meta.json"))
-    assert args.pod["metadata"]["name"] == "serve-llm-0"
+    assert args.pod.name == "serve-llm-0"
     assert args.victims == {"kwok-b0-r0-n0": {"Pods": [{"UID": VICTIM_UID}], "NumPDBViolations": 0}}
 
 
@@ -326,4 +327,4 @@ def test_gang_member_pod_from_builder_parses() -> None:
     # Guards the shared builder: the pods other tests send must be valid requests themselves.
     member = make_pod("w-1", "uid-w-1", group="train-a")
     args = wire.parse_extender_args(body({"Pod": member, "Nodes": None, "NodeNames": ["n1"]}))
-    assert args.pod["spec"]["schedulingGroup"]["podGroupName"] == "train-a"
+    assert args.pod.gang_key is not None and args.pod.gang_key.endswith("/train-a")

@@ -7,7 +7,8 @@ already in use, so that empty racks and blocks stay whole for the next gang.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 
 MAX_SCORE = 10
 
@@ -42,3 +43,19 @@ def occupancy_score(paths: Sequence[str], domain_pods: Mapping[str, int]) -> int
         return 0
     used = sum(1 for path in levels if domain_pods.get(path, 0) > 0)
     return round(MAX_SCORE * used / len(levels))
+
+
+@dataclass(frozen=True, slots=True)
+class ScoreTable:
+    """Prioritize scores for one call, in a form the wire layer can encode without a Python loop
+    per node when nothing moved.
+
+    ``known`` holds scores already computed; ``score_of`` computes any other known node's score, or
+    None for a node Quorum does not know (scored 0 and never cached, so unknown names leave no
+    state behind). ``epoch`` names a set of scores that stays valid between calls (encoded
+    fragments may be reused while it is unchanged); None means the scores hold for this call only.
+    """
+
+    known: Mapping[str, int]
+    score_of: Callable[[str], int | None]
+    epoch: Hashable | None = None

@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import orjson
 
-from .coordinator import BindFailed
-from .gang_sources import ANNOTATION_REQUEUE
-from .records import PodRecord
+from ..cluster.gang_sources import ANNOTATION_REQUEUE
+from ..cluster.records import PodRecord
+from ..gang.coordinator import BindFailed
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from ..cluster.cache import ClusterCache
+from ..gang.coordinator import Coordinator
+from ..metrics import Metrics
 from . import wire
-from .cache import ClusterCache
-from .coordinator import Coordinator
-from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +27,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 CACHE = web.AppKey("cache", ClusterCache)
 METRICS = web.AppKey("metrics", Metrics)
+SCORES = web.AppKey("scores", wire.ScoreEncoder)
 ReadyCheck = Callable[[], bool]
 READY: web.AppKey[ReadyCheck] = web.AppKey("ready")
 
@@ -69,7 +70,7 @@ async def _body(request: web.Request) -> bytes:
 
 async def handle_filter(request: web.Request) -> web.Response:
     args = wire.parse_extender_args(await _body(request))
-    decision = request.app[COORDINATOR].filter(args.pod, args.candidate_names)
+    decision = request.app[COORDINATOR].filter(args.pod, args.declared_gang, args.candidate_names)
     body = wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable)
     response = _json(body)
     response.headers["X-Quorum-Outcome"] = "pass" if decision.passing else "reject"
@@ -78,8 +79,8 @@ async def handle_filter(request: web.Request) -> web.Response:
 
 async def handle_prioritize(request: web.Request) -> web.Response:
     args = wire.parse_extender_args(await _body(request))
-    fragments = request.app[COORDINATOR].prioritize(args.pod, args.candidate_names)
-    return _json(wire.host_priority_list(fragments))
+    table = request.app[COORDINATOR].prioritize(args.pod, args.candidate_names)
+    return _json(request.app[SCORES].encode(args.candidate_names, table))
 
 
 async def handle_bind(request: web.Request) -> web.Response:
@@ -137,6 +138,7 @@ def build_app(
     app[CACHE] = cache
     app[METRICS] = metrics
     app[READY] = ready
+    app[SCORES] = wire.ScoreEncoder(cache.nodes.__contains__, lambda: 2 * len(cache.nodes) + 1024)
     app.router.add_post("/filter", handle_filter)
     app.router.add_post("/prioritize", handle_prioritize)
     app.router.add_post("/bind", handle_bind)

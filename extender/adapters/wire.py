@@ -7,13 +7,16 @@ malformed request is answered with HTTP 400 by the server) and lenient about ext
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from .resources import QuantityError, pod_requests
+from ..cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from ..cluster.records import GangSpec, PodRecord, pod_record
+from ..cluster.resources import QuantityError
+from ..topology.scoring import MAX_SCORE, ScoreTable
 
 
 class WireError(ValueError):
@@ -22,9 +25,14 @@ class WireError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ExtenderArgs:
-    """Filter / prioritize input. Exactly one of node_names / nodes is set."""
+    """Filter / prioritize input. Exactly one of node_names / nodes is set.
 
-    pod: dict[str, Any]
+    The pod arrives as a typed record (requests computed once, here) plus the gang its annotations
+    declare, for a pod the informer has not delivered yet; the core never sees the raw object.
+    """
+
+    pod: PodRecord
+    declared_gang: GangSpec | None
     node_names: list[str] | None  # nodeCacheCapable: true
     nodes: list[dict[str, Any]] | None  # nodeCacheCapable: false (full Node objects)
 
@@ -45,7 +53,7 @@ class BindingArgs:
 
 @dataclass(frozen=True, slots=True)
 class PreemptionArgs:
-    pod: dict[str, Any]
+    pod: PodRecord
     victims: dict[str, dict[str, Any]]  # node -> {"Pods": [{"UID": ...}], "NumPDBViolations": n}
 
 
@@ -86,8 +94,8 @@ def _string_map(value: Any, where: str) -> None:
         raise WireError(f"{where}: values must be strings")
 
 
-def _pod(doc: dict[str, Any]) -> dict[str, Any]:
-    """The embedded Pod, with every field Quorum reads checked for shape.
+def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
+    """The embedded Pod as a typed record, with every field Quorum reads checked for shape.
 
     Checking here (rather than trusting the scheduler) keeps any hand-made or corrupted request
     from reaching the coordinator, where a wrong type would surface as a 500.
@@ -124,13 +132,19 @@ def _pod(doc: dict[str, Any]) -> dict[str, Any]:
             for part in ("requests", "limits"):
                 _object_or_null(resources.get(part), f"{where}.resources.{part}")
     _object_or_null(spec.get("overhead"), "Pod.spec.overhead")
+    _object_or_null(pod.get("status"), "Pod.status")
+    for key in ("nodeName", "schedulerName"):
+        if spec.get(key) is not None and not isinstance(spec.get(key), str):
+            raise WireError(f"Pod.spec.{key}: must be a string")
+    if spec.get("schedulingGates") is not None and not isinstance(spec.get("schedulingGates"), list):
+        raise WireError("Pod.spec.schedulingGates: must be a list")
     pod_resources = _object_or_null(spec.get("resources"), "Pod.spec.resources")
     _object_or_null(pod_resources.get("requests"), "Pod.spec.resources.requests")
     try:
-        pod_requests(spec)
+        record = pod_record(pod, gang_key_of_pod(pod))
     except QuantityError as exc:
         raise WireError(f"Pod.spec: {exc}") from None
-    return pod
+    return record, spec_from_annotations(pod)
 
 
 def _count(value: Any, where: str) -> int:
@@ -143,7 +157,7 @@ def _count(value: Any, where: str) -> int:
 
 def parse_extender_args(body: bytes) -> ExtenderArgs:
     doc = decode(body)
-    pod = _pod(doc)
+    pod, declared = _pod(doc)
     names = _get(doc, "NodeNames")
     nodes = _get(doc, "Nodes")
     if names is not None:
@@ -153,7 +167,7 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             "".join(names)  # a C-speed type check: raises TypeError on any non-string
         except TypeError:
             raise WireError("NodeNames: must be a list of strings") from None
-        return ExtenderArgs(pod, names, None)
+        return ExtenderArgs(pod, declared, names, None)
     if nodes is not None:
         if not isinstance(nodes, dict):
             raise WireError("Nodes: must be a NodeList object")
@@ -167,9 +181,9 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
             for n in items
         ):
             raise WireError("Nodes.items: must be a list of Node objects with metadata.name")
-        return ExtenderArgs(pod, None, items)
+        return ExtenderArgs(pod, declared, None, items)
     # Both null: the scheduler has no candidates for this pod; answer with none.
-    return ExtenderArgs(pod, [], None)
+    return ExtenderArgs(pod, declared, [], None)
 
 
 def parse_binding_args(body: bytes) -> BindingArgs:
@@ -185,7 +199,7 @@ def parse_binding_args(body: bytes) -> BindingArgs:
 
 def parse_preemption_args(body: bytes) -> PreemptionArgs:
     doc = decode(body)
-    pod = _pod(doc)
+    pod, _ = _pod(doc)
     if _get(doc, "NodeNameToMetaVictims") is not None:
         victims = _victims(doc, "NodeNameToMetaVictims", _meta_victim_uid)
     else:
@@ -271,6 +285,57 @@ def host_priority_fragment(host: str, score: int) -> bytes:
 
 def host_priority_list(fragments: list[bytes]) -> bytes:
     return b"[" + b",".join(fragments) + b"]"
+
+
+class ScoreEncoder:
+    """Encodes a ``ScoreTable`` as a HostPriorityList, reusing per-node fragments.
+
+    Fragments are cached only for nodes in the cluster cache (``is_node``), and the caches are
+    dropped when they grow past ``limit()`` entries (node churn), so a client that sends unknown or
+    ever-new names leaves nothing behind.
+    """
+
+    def __init__(self, is_node: Callable[[str], bool], limit: Callable[[], int]) -> None:
+        self._is_node = is_node
+        self._limit = limit
+        self._by_score: list[dict[str, bytes]] = [{} for _ in range(MAX_SCORE + 1)]
+        self._epoch: Hashable | None = None
+        self._by_epoch: dict[str, bytes] = {}
+
+    def _fragment(self, name: str, score: int) -> bytes:
+        cache = self._by_score[score]
+        fragment = cache.get(name)
+        if fragment is None:
+            fragment = host_priority_fragment(name, score)
+            if self._is_node(name):
+                if len(cache) >= self._limit():
+                    cache.clear()
+                cache[name] = fragment
+        return fragment
+
+    def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
+        if table.epoch is None:
+            known, by_score = table.known, self._by_score
+            out: list[bytes] = []
+            for name in candidates:
+                score = known.get(name, 0)
+                fragment = by_score[score].get(name)
+                out.append(fragment if fragment is not None else self._fragment(name, score))
+            return host_priority_list(out)
+        if table.epoch != self._epoch or len(self._by_epoch) > self._limit():
+            self._epoch, self._by_epoch = table.epoch, {}
+        cached = self._by_epoch
+        fragments = list(map(cached.get, candidates))
+        if None in fragments:
+            for i, fragment in enumerate(fragments):
+                if fragment is None:
+                    name = candidates[i]
+                    known_score = table.score_of(name)
+                    if known_score is None:
+                        fragments[i] = host_priority_fragment(name, 0)
+                    else:
+                        fragments[i] = cached[name] = self._fragment(name, known_score)
+        return host_priority_list(fragments)  # type: ignore[arg-type]  # every None was replaced
 
 
 def binding_result(error: str = "") -> bytes:

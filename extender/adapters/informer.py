@@ -16,9 +16,9 @@ from typing import Any
 
 import aiohttp
 
-from .cache import ClusterCache
+from ..cluster.cache import ClusterCache
+from ..metrics import Metrics
 from .kube import ApiError, Gone, KubeClient
-from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .config import ANNOTATION_PREFIX
+from ..config import ANNOTATION_PREFIX
 from .records import GangSpec
 
 ANNOTATION_GANG = ANNOTATION_PREFIX + "gang"

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .cache import (
+from ..cluster.cache import (
     CAPACITY_FREED,
     GANG_CHANGED,
     GANG_REMOVED,
@@ -37,14 +37,12 @@ from .cache import (
     CacheEvent,
     ClusterCache,
 )
-from .config import Config
-from .gang_sources import gang_key_of_pod, spec_from_annotations
-from .metrics import Metrics
-from .placement import CandidateNode, Member, NoFit, Placement, fits, format_resources, place_gang
-from .records import GangSpec, PodRecord
-from .resources import Resources, add_into, pod_requests, subtract_into
-from .scoring import distance_scores, occupancy_score
-from .wire import host_priority_fragment
+from ..cluster.records import GangSpec, PodRecord
+from ..cluster.resources import Resources, add_into, subtract_into
+from ..config import Config
+from ..metrics import Metrics
+from ..topology.placement import CandidateNode, Member, NoFit, Placement, fits, format_resources, place_gang
+from ..topology.scoring import ScoreTable, distance_scores, occupancy_score
 
 log = logging.getLogger(__name__)
 
@@ -147,8 +145,7 @@ class Coordinator:
         self._protected_key: tuple[int, int, int] = (-1, -1, -1)
         self._protected: dict[str, tuple[Resources, int, str, tuple[str, ...]]] = {}
         self._occupancy_epoch = -1
-        self._occupancy_fragments: dict[str, bytes] = {}
-        self._score_fragments: list[dict[str, bytes]] = [{} for _ in range(11)]
+        self._occupancy_scores: dict[str, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._recheck: asyncio.TimerHandle | None = None
         self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
@@ -169,10 +166,10 @@ class Coordinator:
             state = self.gangs[key] = GangState(key, first_seen=self.clock())
         return state
 
-    def spec_for(self, pod: Mapping[str, Any], key: str) -> GangSpec | None:
+    def spec_for(self, declared: GangSpec | None, key: str) -> GangSpec | None:
         spec = self.cache.gang_spec(key)
-        if spec is None:
-            spec = spec_from_annotations(pod)  # a pod the watch has not delivered yet
+        if spec is None and declared is not None and declared.key == key:
+            spec = declared  # a pod the watch has not delivered yet
         return spec
 
     def _level(self, ref: str | None) -> int | None:
@@ -306,18 +303,18 @@ class Coordinator:
             self._spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}"))
 
     # ------------------------------------------------------------------ filter
-    def filter(self, pod: dict[str, Any], candidates: list[str]) -> FilterDecision:
-        key = gang_key_of_pod(pod)
+    def filter(self, pod: PodRecord, declared: GangSpec | None, candidates: list[str]) -> FilterDecision:
+        key = pod.gang_key
         if key is None:
             return self._filter_outside_gang(pod, candidates, own_gang=None)
-        spec = self.spec_for(pod, key)
+        spec = self.spec_for(declared, key)
         if spec is None:
             return _reject_all(candidates, f"gang {key}: waiting for its PodGroup to exist")
         if spec.min_count < 1:
             return _reject_all(candidates, f"gang {key}: invalid min count {spec.min_count} ({spec.source})")
         if not spec.is_gang:
             return self._filter_outside_gang(pod, candidates, own_gang=key)
-        uid = (pod.get("metadata") or {}).get("uid", "")
+        uid = pod.uid
         state = self._state(key)
 
         members = self.cache.members(key)
@@ -395,18 +392,15 @@ class Coordinator:
         self,
         state: GangState,
         spec: GangSpec,
-        pod: dict[str, Any],
+        pod: PodRecord,
         candidates: list[str],
         members: list[PodRecord],
         bound: list[PodRecord],
     ) -> FilterDecision:
-        uid = (pod.get("metadata") or {}).get("uid", "")
+        uid = pod.uid
         pending = {m.uid: m for m in members if m.pending}
         if uid not in pending:
-            # The cache has not seen this pod yet; place it from the request itself.
-            meta = pod.get("metadata") or {}
-            pending[uid] = PodRecord(uid, meta.get("namespace", ""), meta.get("name", ""), "",
-                                     pod_requests(pod.get("spec") or {}), False, False, state.key)
+            pending[uid] = pod  # the cache has not seen this pod yet; place it from the request
         if spec.required_topology and self._level(spec.required_topology) is None:
             return _reject_all(
                 candidates,
@@ -505,7 +499,7 @@ class Coordinator:
             if isinstance(result, Placement):
                 log.info("partly bound gang repaired", extra={"gang": key, "bound": len(bound)})
 
-    def _replan(self, state: GangState, spec: GangSpec, pod: dict[str, Any], candidates: list[str],
+    def _replan(self, state: GangState, spec: GangSpec, pod: PodRecord, candidates: list[str],
                 node: str) -> FilterDecision:
         """kube-scheduler's own filters no longer accept the reserved node: place the gang again."""
         state.replans += 1
@@ -518,13 +512,13 @@ class Coordinator:
         members = self.cache.members(state.key)
         return self._place(state, spec, pod, candidates, members, [m for m in members if m.holds_capacity])
 
-    def _filter_outside_gang(self, pod: dict[str, Any], candidates: list[str],
+    def _filter_outside_gang(self, pod: PodRecord, candidates: list[str],
                              own_gang: str | None) -> FilterDecision:
         """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
         if not self.reserved_on_node:
             return FilterDecision(candidates)
         # Decide the (few) reserved nodes first, then drop them from the candidates in one pass.
-        requests = pod_requests(pod.get("spec") or {})
+        requests = pod.requests
         unresolvable: dict[str, str] = {}
         for name, (free, pods_free, reason, gangs) in self._protected_views().items():
             if own_gang is not None and gangs == (own_gang,):
@@ -552,55 +546,31 @@ class Coordinator:
         return self._protected
 
     # ------------------------------------------------------------------ prioritize
-    def prioritize(self, pod: dict[str, Any], candidates: list[str]) -> list[bytes]:
-        key = gang_key_of_pod(pod)
+    def prioritize(self, pod: PodRecord, candidates: list[str]) -> ScoreTable:
+        key = pod.gang_key
         if key is not None:
             nodes = self._gang_nodes(key)
             if nodes:
-                return self._distance_fragments_for(nodes, candidates)
-        return self._occupancy_fragments_for(candidates)
+                scores = distance_scores([n.paths for n in nodes], self.cache.domain_nodes,
+                                         len(self.config.levels))
+                return ScoreTable(scores, lambda name: scores.get(name, 0))
+        if self._occupancy_epoch != self.cache.occupancy_epoch:
+            self._occupancy_scores = {}
+            self._occupancy_epoch = self.cache.occupancy_epoch
+        epoch = ("occupancy", self._occupancy_epoch)
+        return ScoreTable(self._occupancy_scores, self._occupancy_score_of, epoch)
 
-    def _fragment(self, name: str, score: int) -> bytes:
-        cache = self._score_fragments[score]
-        fragment = cache.get(name)
-        if fragment is None:
-            fragment = cache[name] = host_priority_fragment(name, score)
-        return fragment
-
-    def _distance_fragments_for(self, nodes: list[Any], candidates: list[str]) -> list[bytes]:
-        """Score by distance from the gang, touching only nodes inside the gang's domains."""
-        scores = distance_scores([n.paths for n in nodes], self.cache.domain_nodes, len(self.config.levels))
-        zero = self._score_fragments[0]
-        out: list[bytes] = []
-        for name in candidates:
-            score = scores.get(name, 0)
-            fragment = (zero if score == 0 else self._score_fragments[score]).get(name)
-            out.append(fragment if fragment is not None else self._fragment(name, score))
-        return out
-
-    def _paths(self, name: str) -> tuple[str, ...]:
+    def _occupancy_score_of(self, name: str) -> int | None:
         node = self.cache.nodes.get(name)
-        return node.paths if node is not None else ()
+        if node is None:
+            return None
+        score = self._occupancy_scores[name] = occupancy_score(node.paths, self.cache.domain_pods)
+        return score
 
     def _gang_nodes(self, key: str) -> list[Any]:
         names = {m.node_name for m in self.cache.members(key) if m.holds_capacity}
         names.update(self._reservation(key).values())
         return [self.cache.nodes[n] for n in names if n in self.cache.nodes]
-
-    def _occupancy_fragments_for(self, candidates: list[str]) -> list[bytes]:
-        if self._occupancy_epoch != self.cache.occupancy_epoch:
-            self._occupancy_fragments = {}
-            self._occupancy_epoch = self.cache.occupancy_epoch
-        cached = self._occupancy_fragments
-        out = list(map(cached.get, candidates))
-        if None not in out:
-            return out  # type: ignore[return-value]  # no None, checked just above
-        for i, fragment in enumerate(out):
-            if fragment is None:
-                name = candidates[i]
-                score = occupancy_score(self._paths(name), self.cache.domain_pods)
-                out[i] = cached[name] = self._fragment(name, score)
-        return out  # type: ignore[return-value]  # every None was replaced above
 
     # ------------------------------------------------------------------ bind
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
@@ -714,7 +684,7 @@ class Coordinator:
         self._back_off(state, reason)
 
     # ------------------------------------------------------------------ preempt
-    def preempt(self, pod: dict[str, Any], victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Pass the scheduler's victims through, minus nodes whose eviction would break a gang
         running at exactly its quorum (evicting one member would strand the rest)."""
         out: dict[str, dict[str, Any]] = {}
