@@ -52,6 +52,7 @@ class Config:
     max_request_bytes: int = 32 * 1024 * 1024
     log_level: str = "info"
     log_format: str = "json"
+    check_invariants: bool = False  # debug.checkInvariants: verify the core after every call
 
     def level_index(self, name_or_label: str) -> int | None:
         """Resolve a topology reference given as a level name ("rack") or a node label key."""
@@ -141,7 +142,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "http", "log"}, "")
+    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "http", "log", "debug"}, "")
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port"}, "listen")
     topology = _section(raw, "topology")
@@ -154,6 +155,11 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     _check_keys(http, {"maxRequestBytes"}, "http")
     log = _section(raw, "log")
     _check_keys(log, {"level", "format"}, "log")
+    debug = _section(raw, "debug")
+    _check_keys(debug, {"checkInvariants"}, "debug")
+    check = debug.get("checkInvariants", False)
+    if not isinstance(check, bool):
+        raise ConfigError(f"debug.checkInvariants: must be true or false, got {check!r}")
 
     host = listen.get("host", "127.0.0.1")
     if not isinstance(host, str) or not host:
@@ -179,6 +185,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),
         log_level=str(log.get("level", "info")),
         log_format=str(log.get("format", "json")),
+        check_invariants=check,
     )
     return validate(config)
 

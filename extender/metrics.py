@@ -63,6 +63,17 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.transitions = Counter(
+            "quorum_gang_transitions_total",
+            "Gang phase changes, by the phase left and the phase entered.",
+            ["from_phase", "to_phase"],
+            registry=r,
+        )
+        self.invariant_violations = Counter(
+            "quorum_invariant_violations_total",
+            "Violations found by the run-time invariant check (debug.checkInvariants); 0 when healthy.",
+            registry=r,
+        )
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
         self.rechecks = Counter(
             "quorum_gang_rechecks_total",

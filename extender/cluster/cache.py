@@ -37,6 +37,7 @@ CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped h
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
 MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
+CACHES_SYNCED = "caches-synced"  # every kind has been listed (after a start): the cache is whole
 
 
 class ClusterCache:

@@ -47,10 +47,13 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
     if not name:
         return None
     raw_min = annotations.get(ANNOTATION_MIN_COUNT, "")
+    problem = ""
     try:
         min_count = int(raw_min)
     except ValueError:
         min_count = 0
+    if min_count < 1:
+        problem = f"{ANNOTATION_MIN_COUNT} {raw_min!r} is not a positive integer"
     return GangSpec(
         key=f"{meta.get('namespace', '')}/{name}",
         min_count=min_count,
@@ -59,6 +62,7 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
         priority=int(((pod.get("spec") or {}).get("priority")) or 0),
         created=str(meta.get("creationTimestamp") or ""),
         source=SOURCE_ANNOTATION,
+        problem=problem,
     )
 
 

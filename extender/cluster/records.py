@@ -71,6 +71,7 @@ class GangSpec:
     priority: int = 0
     created: str = ""
     source: str = "annotation"
+    problem: str = ""  # why the declaration is invalid ("" when it is valid): the gang is Misconfigured
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:

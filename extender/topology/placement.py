@@ -553,6 +553,62 @@ def _build_nodes(
     return nodes, {name: sums[i] for i, (name, _) in enumerate(resources)}, pods
 
 
+def _engine_for(members: Sequence[Member], homogeneous: bool, dominant: str | None,
+                supply: Mapping[str, int], pods: int) -> tuple[_Engine, list[Member]]:
+    """The packing engine for the gang's shape, and the order members are packed in."""
+    if homogeneous:
+        return _Homogeneous(), list(members)
+    # Largest first (share of total supply summed over resources), for first-fit decreasing.
+    scale = {name: max(have, 1) for name, have in supply.items()}
+    ordered = sorted(
+        members, key=lambda m: (-sum(v / scale[k] for k, v in m.requests.items() if v > 0), m.key)
+    )
+    return _Heterogeneous(members, dominant, scale, pods), ordered
+
+
+@dataclass(slots=True)
+class _Search:
+    """The two ways of placing a gang over one snapshot: inside one required domain, or anywhere."""
+
+    nodes: list[_Node]
+    ordered: list[Member]
+    engine: _Engine
+    depth: int
+    start: int
+    head: str
+    homogeneous: bool
+
+    def required(self, r: int, label: str) -> tuple[_Pairs, tuple[str, ...]] | NoFit:
+        groups = _domain_groups(self.nodes, r)
+        place = partial(_place_in_domain, top=r + 1, start=self.start, engine=self.engine, depth=self.depth)
+        hit = _tightest(groups, self.ordered, self.engine, place)
+        if hit is not None:
+            chosen, placed = hit
+            return placed, chosen.key[1]
+        if not groups:
+            return NoFit(f"{self.head}; best {label} fits 0 (no candidate node has a {label} label)")
+        if self.homogeneous:
+            best = max(g.cap for g in groups)  # exact: no group reached the gang size
+        else:  # what the nested walk manages in the domains with the largest count bounds
+            best = 0
+            for g in sorted(groups, key=lambda g: (-g.cap, g.key))[:_HETERO_REPORT_DOMAINS]:
+                if g.cap <= best:
+                    break
+                best = max(best, len(_fill(g.nodes, r + 1, self.ordered, self.engine, self.depth)[0]))
+        return NoFit(f"{self.head}; best {label} fits {best}")
+
+    def anywhere(self, size: int, preferred_level: int | None) -> tuple[_Pairs, tuple[str, ...]] | NoFit:
+        if self.homogeneous and sum(n.cap for n in self.nodes) < size:  # exact, and skips the walk
+            return NoFit(f"{self.head}; candidate nodes fit {sum(n.cap for n in self.nodes)}")
+        placed, rest, path, found = _place_within(self.nodes, 0, self.start, self.ordered, self.engine,
+                                                  self.depth)
+        if rest:
+            return NoFit(f"{self.head}; candidate nodes fit {len(placed)}")
+        if path is None or preferred_level is None:
+            return placed, ()
+        return placed, (path[: preferred_level + 1] if found >= preferred_level else path)
+
+
 # ---------------------------------------------------------------------------------------------------
 # Entry point
 
@@ -595,19 +651,7 @@ def place_gang(
         d = n.pods if dominant is None else n.free.get(dominant, 0)
         n.dfree = d if d > 0 else 0
 
-    engine: _Engine
-    ordered: list[Member]
-    if homogeneous:
-        engine = _Homogeneous()
-        ordered = list(members)
-    else:
-        # Largest first (share of total supply summed over resources), for first-fit decreasing.
-        scale = {name: max(have, 1) for name, have in supply.items()}
-        engine = _Heterogeneous(members, dominant, scale, pods)
-        ordered = sorted(
-            members, key=lambda m: (-sum(v / scale[k] for k, v in m.requests.items() if v > 0), m.key)
-        )
-
+    engine, ordered = _engine_for(members, homogeneous, dominant, supply, pods)
     # Where the bottom-up "lowest single domain" search begins: just above the host level, or the
     # host level itself when the preference names it (or it is the only level).
     start = depth - 1 if depth == 1 or preferred_level == depth - 1 else depth - 2
@@ -618,39 +662,12 @@ def place_gang(
             if not any(fits(n.free, n.pods, m.requests) for n in nodes):
                 return NoFit(f"{head}; no candidate node fits one pod of {format_resources(dict(shape))}")
 
-    placed: _Pairs
-    domain: tuple[str, ...]
-    if required_level is not None:
-        r = required_level
-        groups = _domain_groups(nodes, r)
-        place = partial(_place_in_domain, top=r + 1, start=start, engine=engine, depth=depth)
-        hit = _tightest(groups, ordered, engine, place)
-        if hit is None:
-            label = level_names[r]
-            if not groups:
-                return NoFit(f"{head}; best {label} fits 0 (no candidate node has a {label} label)")
-            if homogeneous:
-                best = max(g.cap for g in groups)  # exact: no group reached the gang size
-            else:  # what the nested walk manages in the domains with the largest count bounds
-                best = 0
-                for g in sorted(groups, key=lambda g: (-g.cap, g.key))[:_HETERO_REPORT_DOMAINS]:
-                    if g.cap <= best:
-                        break
-                    best = max(best, len(_fill(g.nodes, r + 1, ordered, engine, depth)[0]))
-            return NoFit(f"{head}; best {label} fits {best}")
-        chosen, placed = hit
-        domain = chosen.key[1]
-    else:
-        if homogeneous and sum(n.cap for n in nodes) < len(members):  # exact, and skips the walk
-            return NoFit(f"{head}; candidate nodes fit {sum(n.cap for n in nodes)}")
-        placed, rest, path, found = _place_within(nodes, 0, start, ordered, engine, depth)
-        if rest:
-            return NoFit(f"{head}; candidate nodes fit {len(placed)}")
-        if path is None or preferred_level is None:
-            domain = ()
-        else:
-            domain = path[: preferred_level + 1] if found >= preferred_level else path
-
+    search = _Search(nodes, ordered, engine, depth, start, head, homogeneous)
+    outcome = (search.required(required_level, level_names[required_level]) if required_level is not None
+               else search.anywhere(len(members), preferred_level))
+    if isinstance(outcome, NoFit):
+        return outcome
+    placed, domain = outcome
     by_key = {m.key: n.name for m, n in placed}
     assignment = {m.key: by_key[m.key] for m in members}
     used = {n.domains[: depth - 1] if depth > 1 else (n.name,) for _, n in placed}

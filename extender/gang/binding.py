@@ -1,0 +1,172 @@
+"""The bind hold: members are bound only together, once enough of them reached bind.
+
+Extenders have no Permit stage, so the bind call is where a pod is held: kube-scheduler keeps the
+pod assumed while its call waits. A gang member is bound only if its gang reaches quorum at that
+moment (its held bind completes the quorum) or is already running (an extra member); a member
+whose reservation was released between its filter answer and its bind is refused, never bound
+alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+
+from ..cluster.records import PodRecord
+from .core import Core
+from .state import GangState, HeldBind
+
+log = logging.getLogger(__name__)
+
+# Gang members filtered before the watch delivered them: enough to recognise their bind call.
+RECENT_MEMBERS_LIMIT = 10_000
+
+
+class Binder:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self._recent_members: OrderedDict[str, str] = OrderedDict()  # uid -> gang key (bounded)
+
+    def note_member(self, uid: str, gang: str) -> None:
+        """Remember the gang of a pod seen at filter, for a bind that arrives before the watch."""
+        if uid and uid not in self.core.cache.pods:
+            self._recent_members[uid] = gang
+            self._recent_members.move_to_end(uid)
+            while len(self._recent_members) > RECENT_MEMBERS_LIMIT:
+                self._recent_members.popitem(last=False)
+
+    def forget_member(self, uid: str) -> None:
+        self._recent_members.pop(uid, None)
+
+    def gang_of(self, uid: str, record: PodRecord | None) -> str | None:
+        if record is not None:
+            return record.gang_key
+        return self._recent_members.get(uid)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
+        """Answer one bind call: "" on success, else the error text for kube-scheduler."""
+        core = self.core
+        record = core.cache.pods.get(uid) if uid else None
+        if record is not None and record.node_name:
+            if record.node_name == node:
+                core.metrics.binds.labels("already_bound").inc()
+                return ""
+            core.metrics.binds.labels("error").inc()
+            return f"pod {namespace}/{name} is already bound to {record.node_name}"
+        reservation = core.ledger.reserved_node(uid) if uid else None
+        if reservation is None:
+            refusal = self._refusal_without_reservation(namespace, name, uid, record)
+            if refusal:
+                core.metrics.binds.labels("refused").inc()
+                return refusal
+            return await self._bind_now(namespace, name, uid, node, record)
+        state = core.state(reservation.gang)
+        if reservation.node != node:
+            core.metrics.binds.labels("error").inc()
+            return f"gang {state.key}: pod {namespace}/{name} is reserved on {reservation.node}, not {node}"
+        pod = record or PodRecord(uid, namespace, name, "", reservation.requests, False, False, state.key)
+        return await self._hold(state, pod, node)
+
+    def _refusal_without_reservation(self, namespace: str, name: str, uid: str,
+                                     record: PodRecord | None) -> str:
+        """Why a pod without a reservation must not be bound now ("" if it may be)."""
+        core = self.core
+        gang = self.gang_of(uid, record)
+        if gang is None:
+            return ""
+        spec = core.cache.gang_spec(gang)
+        if spec is None or not spec.is_gang or spec.problem or spec.min_count < 1:
+            return "" if spec is not None and not spec.is_gang else \
+                f"gang {gang}: pod {namespace}/{name} cannot bind before its gang is valid"
+        if core.running_count(gang) >= spec.min_count:
+            return ""  # the gang runs at quorum: this is an extra member
+        return (f"gang {gang}: pod {namespace}/{name} holds no reservation (released before its "
+                f"bind); it is placed again with its gang")
+
+    async def _hold(self, state: GangState, pod: PodRecord, node: str) -> str:
+        answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        previous = state.held.get(pod.uid)
+        if previous is not None and not previous.answer.done():
+            previous.answer.set_result("superseded by a newer bind call for the same pod")
+        state.held[pod.uid] = HeldBind(pod, node, answer)
+        self.release_if_quorum(state)
+        self.core.sync(state, f"gang {state.key}: {len(state.held)} member(s) waiting at bind")
+        try:
+            return await answer
+        except asyncio.CancelledError:
+            # kube-scheduler gave up on this call (HTTP timeout); it no longer waits for the pod.
+            current = state.held.get(pod.uid)
+            if current is not None and current.answer is answer:
+                del state.held[pod.uid]
+                self.core.sync(state, "a held bind call was abandoned by the scheduler")
+            raise
+
+    async def _bind_now(self, namespace: str, name: str, uid: str, node: str,
+                        record: PodRecord | None) -> str:
+        core = self.core
+        requests = record.requests if record is not None else {}
+        core.ledger.mark_inflight(uid, node, requests)
+        try:
+            await core.actions.bind_pod(namespace, name, uid, node)
+        except asyncio.CancelledError:
+            core.ledger.clear_inflight(uid)
+            raise
+        except Exception as exc:  # BindFailed, or anything unexpected: never count the pod as bound
+            core.ledger.clear_inflight(uid)
+            core.metrics.binds.labels("error").inc()
+            return str(exc) or type(exc).__name__
+        core.metrics.binds.labels("success").inc()
+        return ""
+
+    def release_if_quorum(self, state: GangState) -> None:
+        """Bind every held member at once when, with those already running, they reach minCount."""
+        core = self.core
+        spec = core.cache.gang_spec(state.key)
+        min_count = core.min_count(state, spec)
+        running = core.running_count(state.key)
+        if len(state.held) + running < min_count:
+            return
+        if state.deadline is not None:
+            state.deadline.cancel()
+            state.deadline = None
+        held = list(state.held.values())
+        state.held.clear()
+        # Reserved members beyond quorum that have not reached bind become ordinary extras: they
+        # keep no capacity they might never use.
+        held_uids = {h.pod.uid for h in held}
+        for uid in [u for u in core.ledger.reservation_of(state.key) if u not in held_uids]:
+            core.ledger.unreserve(uid)
+        # From here the capacity is counted as in flight, not reserved: never both, never neither.
+        for h in held:
+            core.ledger.unreserve(h.pod.uid)
+            core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests)
+        state.binds_in_flight += len(held)
+        core.metrics.gang_wait.observe(max(0.0, core.clock() - state.first_seen))
+        log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": running})
+        core.spawn(self._bind_all(state, held))
+
+    async def _bind_all(self, state: GangState, held: list[HeldBind]) -> None:
+        core = self.core
+        try:
+            results = await asyncio.gather(
+                *(core.actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in held),
+                return_exceptions=True,
+            )
+        finally:
+            state.binds_in_flight -= len(held)
+        for h, result in zip(held, results, strict=True):
+            if isinstance(result, BaseException):
+                core.ledger.clear_inflight(h.pod.uid)
+                core.metrics.binds.labels("error").inc()
+                state.bind_failures += 1
+                message = str(result) or type(result).__name__
+                log.warning("gang member bind failed", extra={"gang": state.key, "pod": h.pod.key,
+                                                                "error": message})
+                if not h.answer.done():
+                    h.answer.set_result(message)
+            else:
+                core.metrics.binds.labels("success").inc()
+                if not h.answer.done():
+                    h.answer.set_result("")
+        core.sync(state, f"gang {state.key}: quorum bound")

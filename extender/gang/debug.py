@@ -1,0 +1,63 @@
+"""Read-only views of the gang core for /debug/gangs and the scrape-time gauges."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..topology.placement import format_resources
+from .core import Core
+from .state import Phase
+
+
+def phase_counts(core: Core) -> dict[str, int]:
+    counts = {str(phase): 0 for phase in Phase}
+    for state in core.gangs.values():
+        counts[str(state.phase)] += 1
+    return counts
+
+
+def inflight(core: Core) -> dict[str, str]:
+    """Pods bound by Quorum that the watch has not shown bound yet (pod -> node)."""
+    pods = core.cache.pods
+    return {(pods[uid].key if uid in pods else uid): node
+            for uid, node in sorted(core.ledger.inflight().items())}
+
+
+def gangs(core: Core) -> list[dict[str, Any]]:
+    out = []
+    now = core.clock()
+    pods = core.cache.pods
+    for key, state in sorted(core.gangs.items()):
+        spec = core.cache.gang_spec(key)
+        members = core.cache.members(key)
+        reservation = core.ledger.reservation_of(key)
+        first = core.ledger.reserved_node(next(iter(reservation))) if reservation else None
+        out.append({
+            "gang": key,
+            "phase": str(state.phase),
+            "source": spec.source if spec else None,
+            "minCount": spec.min_count if spec else None,
+            "requiredTopology": spec.required_topology if spec else None,
+            "preferredTopology": spec.preferred_topology if spec else None,
+            "members": len(members),
+            "bound": sorted(f"{m.name}@{m.node_name}" for m in members if m.holds_capacity),
+            "reservation": {pods[u].name if u in pods else u: n for u, n in sorted(reservation.items())},
+            "domain": "/".join(state.domain),
+            "held": sorted(h.pod.name for h in state.held.values()),
+            "bindsInFlight": state.binds_in_flight,
+            "backoffSeconds": round(max(0.0, state.backoff_until - now), 1),
+            "failures": state.failures,
+            "reason": state.reason,
+            "requests": format_resources(first.requests) if first else "{}",
+        })
+    return out
+
+
+def document(core: Core) -> dict[str, Any]:
+    return {
+        "gangs": gangs(core),
+        "reservedPods": core.ledger.reserved_pods(),
+        "reservedNodes": core.ledger.reserved_nodes(),
+        "inflightBinds": inflight(core),
+        "cache": core.cache.counts(),
+    }

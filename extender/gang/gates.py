@@ -1,0 +1,117 @@
+"""Filter as a sequence of named gates, each deciding or passing the pod on.
+
+For a gang member, the gates run in this order and the first that decides answers the call:
+
+1. ``declaration``: the gang's PodGroup must exist and its declaration must be valid; a ``basic``
+   group is not a gang, so its pods schedule like any other.
+2. ``running``: a gang already at quorum takes further members as ordinary extras.
+3. ``reservation``: a reserved member is answered its reserved node (or the gang is re-planned
+   when the scheduler's own filters no longer pass that node).
+4. ``backoff``: a gang backing off is rejected until the backoff ends.
+5. ``quorum``: fewer than minCount schedulable members: rejected on every node.
+6. ``reserved_for_others``: the gang holds a reservation this member is not part of.
+7. ``nofit_memo``: the same no-fit answer while nothing it depends on has moved.
+8. ``placement``: place the whole gang and reserve (``Coordinator.place``).
+
+Pods outside gangs pass through ``protect_reservations`` only. Gang rejections are
+*unresolvable*: evicting single pods cannot make a gang fit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..cluster.records import GangSpec, PodRecord
+from ..topology.placement import fits
+from .core import Core, alive_count
+from .state import GangState
+
+
+@dataclass(slots=True)
+class FilterDecision:
+    passing: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+def reject_all(candidates: list[str], reason: str) -> FilterDecision:
+    return FilterDecision([], {}, dict.fromkeys(candidates, reason))
+
+
+@dataclass(slots=True)
+class GateInput:
+    pod: PodRecord
+    spec: GangSpec
+    state: GangState
+    members: list[PodRecord]
+    candidates: list[str]
+    known: bool  # the cache holds this pod (else kube-scheduler is ahead of our watch)
+
+
+def protect_reservations(core: Core, pod: PodRecord, candidates: list[str],
+                         own_gang: str | None) -> FilterDecision:
+    """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
+    if not core.ledger.any_reserved:
+        return FilterDecision(candidates)
+    # Decide the (few) reserved nodes first, then drop them from the candidates in one pass.
+    unresolvable: dict[str, str] = {}
+    for name, view in core.ledger.protected().items():
+        if own_gang is not None and view.holders == (own_gang,):
+            continue
+        if not fits(view.free, view.pods_free, pod.requests):
+            unresolvable[name] = view.reason
+    if not unresolvable:
+        return FilterDecision(candidates)
+    wanted = set(candidates)
+    passing = [name for name in candidates if name not in unresolvable]
+    return FilterDecision(passing, {}, {n: r for n, r in unresolvable.items() if n in wanted})
+
+
+def declaration_gate(core: Core, key: str, spec: GangSpec | None, pod: PodRecord,
+                     candidates: list[str]) -> FilterDecision | None:
+    if spec is None:
+        return reject_all(candidates, f"gang {key}: waiting for its PodGroup to exist")
+    if spec.problem or spec.min_count < 1:
+        problem = spec.problem or f"invalid min count {spec.min_count}"
+        return reject_all(candidates, f"gang {key}: {problem} ({spec.source})")
+    if not spec.is_gang:
+        return protect_reservations(core, pod, candidates, own_gang=key)
+    return None
+
+
+def running_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    if core.running_count(g.state.key) >= g.spec.min_count and not core.ledger.reserved_node(g.pod.uid):
+        # Quorum is running: extra members schedule normally, away from other reservations.
+        return protect_reservations(core, g.pod, g.candidates, own_gang=g.state.key)
+    return None
+
+
+def backoff_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    wait = g.state.backoff_until - core.clock()
+    if wait > 0:
+        return reject_all(g.candidates, f"gang {g.state.key}: {g.state.reason} ({wait:.0f}s left)")
+    return None
+
+
+def quorum_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    alive = alive_count(g.members) + (0 if g.known else 1)
+    if alive >= g.spec.min_count:
+        return None
+    missing = g.spec.min_count - alive
+    gated = sum(1 for m in g.members if m.gated and not m.terminal and not m.deleting)
+    held_back = f" ({gated} held by scheduling gates)" if gated else ""
+    return reject_all(
+        g.candidates,
+        f"gang {g.state.key}: {alive}/{g.spec.min_count} pods exist{held_back}, waiting for {missing}",
+    )
+
+
+def reserved_for_others_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    if g.state.binds_in_flight:
+        return reject_all(g.candidates, f"gang {g.state.key}: binding its quorum; retry when bound")
+    if core.ledger.reserved_count(g.state.key):
+        # This member appeared after the reservation was made, before quorum: it waits for the
+        # reserved members and becomes an extra once they are bound.
+        return reject_all(g.candidates, f"gang {g.state.key}: reserved for other members, "
+                                        f"waiting for them to bind")
+    return None

@@ -1,0 +1,50 @@
+"""The invariants of the gang core, checked as one function.
+
+Tests call it after every step of generated scenarios; ``debug.checkInvariants`` in the
+configuration runs it after every request and logs any violation.
+"""
+
+from __future__ import annotations
+
+from .core import Core
+from .state import Phase
+
+
+def check_invariants(core: Core) -> list[str]:
+    """Every violation, as a sentence; an empty list means the core is consistent."""
+    problems = core.ledger.check()
+    problems += core.ledger.overcommitted()
+    for key, state in core.gangs.items():
+        reservation = core.ledger.reservation_of(key)
+        for uid in state.held:
+            if uid not in reservation:
+                problems.append(f"gang {key}: held bind for {uid} without a reservation")
+        spec = core.cache.gang_spec(key)
+        running = core.running_count(key)
+        if state.phase == Phase.BOUND and spec is not None and running < spec.min_count:
+            problems.append(f"gang {key}: reported Bound with {running}/{spec.min_count} members running")
+        if state.phase == Phase.RESERVED and not reservation:
+            problems.append(f"gang {key}: reported Reserved without a reservation")
+        if state.binds_in_flight < 0:
+            problems.append(f"gang {key}: negative bind count")
+    for uid, node in core.ledger.inflight().items():
+        pod = core.cache.pods.get(uid)
+        if pod is not None and pod.node_name:
+            problems.append(f"pod {pod.key}: counted in flight to {node} although the cache shows it bound")
+        if core.ledger.reserved_node(uid) is not None:
+            problems.append(f"pod {uid}: both reserved and in flight")
+    for gang in core.ledger.gangs():
+        if gang not in core.gangs:
+            problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
+    for uid in _reserved_uids(core):
+        pod = core.cache.pods.get(uid)
+        if pod is not None and pod.node_name:
+            problems.append(f"pod {pod.key}: reserved although already bound to {pod.node_name}")
+    return problems
+
+
+def _reserved_uids(core: Core) -> list[str]:
+    out: list[str] = []
+    for key in list(core.gangs):
+        out.extend(core.ledger.reservation_of(key))
+    return out

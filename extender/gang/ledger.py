@@ -1,0 +1,241 @@
+"""The one place where free capacity, reservations and in-flight binds are computed.
+
+free(node) = allocatable - requests of pods bound there (the cache) - reservations of other gangs
+on it - pods Quorum is binding now that the watch has not shown bound yet.
+
+Every reservation is keyed by pod uid, so a pod can be reserved by at most one gang: a second
+``reserve`` for the same uid by another gang is refused, whatever the requests say.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ..cluster.cache import ClusterCache
+from ..cluster.resources import Resources, add_into, subtract_into
+
+
+class DoubleReservation(RuntimeError):
+    """A pod already reserved by one gang was about to be reserved by another."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    gang: str
+    node: str
+    requests: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ProtectedNode:
+    """A reserved node as pods outside its gangs see it."""
+
+    free: Resources
+    pods_free: int
+    reason: str
+    holders: tuple[str, ...]
+
+
+class CapacityLedger:
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self._by_uid: dict[str, Reservation] = {}
+        self._by_gang: dict[str, dict[str, str]] = {}  # gang -> uid -> node
+        self._on_node: dict[str, dict[str, Resources]] = {}  # node -> gang -> summed requests
+        self._slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
+        self._inflight: dict[str, tuple[str, Resources]] = {}  # uid -> (node, requests)
+        self._inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
+        self.reservation_version = 0
+        self.inflight_version = 0
+        self._protected_key: tuple[int, int, int] = (-1, -1, -1)
+        self._protected: dict[str, ProtectedNode] = {}
+
+    # ----------------------------------------------------------------- reservations
+    def reserve(self, gang: str, uid: str, node: str, requests: Resources) -> None:
+        held = self._by_uid.get(uid)
+        if held is not None:
+            if held.gang != gang:
+                raise DoubleReservation(f"pod {uid} is reserved by gang {held.gang}, not {gang}")
+            self.unreserve(uid)
+        self._by_uid[uid] = Reservation(gang, node, requests)
+        self._by_gang.setdefault(gang, {})[uid] = node
+        add_into(self._on_node.setdefault(node, {}).setdefault(gang, {}), requests)
+        slots = self._slots.setdefault(node, {})
+        slots[gang] = slots.get(gang, 0) + 1
+        self.reservation_version += 1
+
+    def unreserve(self, uid: str) -> Reservation | None:
+        held = self._by_uid.pop(uid, None)
+        if held is None:
+            return None
+        gang, node = held.gang, held.node
+        members = self._by_gang[gang]
+        del members[uid]
+        if not members:
+            del self._by_gang[gang]
+        slots = self._slots[node]
+        per_gang = self._on_node[node]
+        if slots[gang] > 1:
+            slots[gang] -= 1
+            subtract_into(per_gang[gang], held.requests)
+        else:
+            del slots[gang]
+            del per_gang[gang]
+        if not slots:
+            del self._slots[node]
+            del self._on_node[node]
+        self.reservation_version += 1
+        return held
+
+    def release_gang(self, gang: str) -> list[str]:
+        uids = list(self._by_gang.get(gang, ()))
+        for uid in uids:
+            self.unreserve(uid)
+        return uids
+
+    def reservation_of(self, gang: str) -> dict[str, str]:
+        """The gang's reserved members (uid -> node); a copy."""
+        return dict(self._by_gang.get(gang, {}))
+
+    def reserved_count(self, gang: str) -> int:
+        return len(self._by_gang.get(gang, ()))
+
+    def reserved_node(self, uid: str) -> Reservation | None:
+        return self._by_uid.get(uid)
+
+    def gangs_on(self, node: str) -> list[str]:
+        return sorted(self._on_node.get(node, ()))
+
+    def gangs(self) -> list[str]:
+        return sorted(self._by_gang)
+
+    def reserved_nodes(self) -> list[str]:
+        return sorted(self._on_node)
+
+    def reserved_pods(self) -> int:
+        return len(self._by_uid)
+
+    @property
+    def any_reserved(self) -> bool:
+        return bool(self._on_node)
+
+    # ----------------------------------------------------------------- in-flight binds
+    def mark_inflight(self, uid: str, node: str, requests: Resources) -> None:
+        """A bind succeeded (or is under way) that the cache has not seen: count it as used."""
+        record = self.cache.pods.get(uid)
+        if record is not None and record.node_name:
+            return  # the cache already counts it
+        self.clear_inflight(uid)
+        self._inflight[uid] = (node, requests)
+        self._inflight_on_node.setdefault(node, {})[uid] = requests
+        self.inflight_version += 1
+
+    def clear_inflight(self, uid: str) -> None:
+        entry = self._inflight.pop(uid, None)
+        if entry is None:
+            return
+        node = entry[0]
+        per_node = self._inflight_on_node[node]
+        del per_node[uid]
+        if not per_node:
+            del self._inflight_on_node[node]
+        self.inflight_version += 1
+
+    def is_inflight(self, uid: str) -> bool:
+        return uid in self._inflight
+
+    def inflight(self) -> dict[str, str]:
+        return {uid: node for uid, (node, _) in self._inflight.items()}
+
+    def inflight_of(self, uids: Iterable[str]) -> int:
+        return sum(1 for uid in uids if uid in self._inflight)
+
+    # ----------------------------------------------------------------- free capacity
+    def free(self, node_name: str, exclude_gang: str | None) -> tuple[Resources, int] | None:
+        """Free capacity of a node for ``exclude_gang`` (its own reservation does not count).
+
+        The common case (nothing reserved or in flight there) returns the cache's shared dict.
+        """
+        node = self.cache.nodes.get(node_name)
+        if node is None:
+            return None
+        free, pods_free = self.cache.free_on(node)
+        reserved = self._on_node.get(node_name)
+        inflight = self._inflight_on_node.get(node_name)
+        if not reserved and not inflight:
+            return free, pods_free
+        free = dict(free)
+        if reserved:
+            slots = self._slots[node_name]
+            for gang, amount in reserved.items():
+                if gang != exclude_gang:
+                    subtract_into(free, amount)
+                    pods_free -= slots[gang]
+        if inflight:
+            for requests in inflight.values():
+                subtract_into(free, requests)
+            pods_free -= len(inflight)
+        return free, pods_free
+
+    def protected(self) -> dict[str, ProtectedNode]:
+        """Reserved nodes with the capacity pods outside the reserving gangs may still use.
+
+        Rebuilt only when capacity, reservations or in-flight binds move.
+        """
+        key = (self.cache.capacity_version, self.reservation_version, self.inflight_version)
+        if key != self._protected_key:
+            views: dict[str, ProtectedNode] = {}
+            for name, gangs in self._on_node.items():
+                holders = tuple(sorted(gangs))
+                reason = f"capacity reserved for gang {', '.join(holders)}"
+                free = self.free(name, None)
+                views[name] = ProtectedNode(free[0], free[1], reason, holders) if free else \
+                    ProtectedNode({}, 0, reason, holders)
+            self._protected, self._protected_key = views, key
+        return self._protected
+
+    # ----------------------------------------------------------------- invariants
+    def check(self) -> list[str]:
+        """Violations of the ledger's own invariants (empty when it adds up)."""
+        problems: list[str] = []
+        by_gang_total = sum(len(m) for m in self._by_gang.values())
+        if by_gang_total != len(self._by_uid):
+            problems.append(f"ledger: {by_gang_total} reservations by gang, {len(self._by_uid)} by pod")
+        sums: dict[str, dict[str, Resources]] = {}
+        slots: dict[str, dict[str, int]] = {}
+        for uid, held in self._by_uid.items():
+            if self._by_gang.get(held.gang, {}).get(uid) != held.node:
+                problems.append(f"ledger: pod {uid} is reserved on {held.node} but its gang says otherwise")
+            add_into(sums.setdefault(held.node, {}).setdefault(held.gang, {}), held.requests)
+            per_node = slots.setdefault(held.node, {})
+            per_node[held.gang] = per_node.get(held.gang, 0) + 1
+        if slots != self._slots:
+            problems.append("ledger: per-node reserved pod counts do not equal the sum over gangs")
+        if {n: {g: _nonzero(r) for g, r in gangs.items()} for n, gangs in sums.items()} != {
+                n: {g: _nonzero(r) for g, r in gangs.items()} for n, gangs in self._on_node.items()}:
+            problems.append("ledger: per-node reserved requests do not equal the sum over gangs")
+        inflight_nodes = {n: set(u) for n, u in self._inflight_on_node.items()}
+        expected: dict[str, set[str]] = {}
+        for uid, (node, _) in self._inflight.items():
+            expected.setdefault(node, set()).add(uid)
+        if inflight_nodes != expected:
+            problems.append("ledger: in-flight binds per node do not match the in-flight pods")
+        return problems
+
+    def overcommitted(self) -> list[str]:
+        """Nodes where bound pods, reservations and in-flight binds exceed allocatable."""
+        out: list[str] = []
+        for name in set(self._on_node) | set(self._inflight_on_node):
+            free = self.free(name, None)
+            if free is None:
+                continue
+            resources, pods_free = free
+            short = sorted(r for r, amount in resources.items() if amount < 0)
+            if short or pods_free < 0:
+                out.append(f"node {name} over-committed ({', '.join(short) or 'pods'})")
+        return out
+
+
+def _nonzero(resources: Resources) -> Resources:
+    return {k: v for k, v in resources.items() if v}

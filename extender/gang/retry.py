@@ -1,0 +1,126 @@
+"""Timers, backoff and nudges: everything that makes a gang try again.
+
+kube-scheduler retries a rejected pod only on a cluster event. Quorum's own state changes (a
+reservation made, a backoff over, a PodGroup appearing for pods already rejected, a restart) are
+not cluster events, so the affected members are nudged: an annotation patch the scheduler sees
+as a pod update. Nudges are sent on those transitions only, never in a loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from ..cluster.records import PodRecord
+from .core import Core, alive_count
+from .state import GangState
+
+log = logging.getLogger(__name__)
+
+# kube-scheduler retries a rejected pod on the cluster event that could help it (a pod deleted, a
+# node added), but it may see that event before Quorum's own watch does, and then gets an answer
+# from the old state. Gangs rejected this recently before such a change are asked to try again.
+STALE_ANSWER_WINDOW_SECONDS = 10.0
+# Changes arrive in bursts (a Job's pods deleted together); one re-check per burst is enough.
+RECHECK_DELAY_SECONDS = 0.2
+
+
+class Retry:
+    def __init__(self, core: Core, unchanged_nofit: Callable[[GangState], bool]) -> None:
+        self.core = core
+        self._unchanged_nofit = unchanged_nofit
+        self._recheck: asyncio.TimerHandle | None = None
+        self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
+
+    # ----------------------------------------------------------------- bind deadline
+    def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
+        if state.deadline is not None:
+            state.deadline.cancel()
+        state.deadline = asyncio.get_running_loop().call_later(
+            self.core.config.gang.bind_timeout_seconds, on_expiry, state.key)
+
+    # ----------------------------------------------------------------- backoff
+    def back_off(self, state: GangState, reason: str) -> None:
+        state.failures += 1
+        timings = self.core.config.gang
+        delay = min(timings.backoff_base_seconds * 2 ** (state.failures - 1), timings.backoff_max_seconds)
+        state.backoff_until = self.core.clock() + delay
+        state.reason = f"{reason}; backing off {delay:g}s"
+        self.core.metrics.backoffs.inc()
+        if state.backoff_timer is not None:
+            state.backoff_timer.cancel()
+        state.backoff_timer = asyncio.get_running_loop().call_later(delay, self._backoff_over, state.key)
+        log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
+        self.core.sync(state, state.reason)
+
+    def _backoff_over(self, key: str) -> None:
+        state = self.core.gangs.get(key)
+        if state is None:
+            return
+        state.backoff_timer = None
+        state.backoff_until = 0.0
+        self.core.sync(state, f"gang {key}: backoff over")
+        self.core.requeue(key, self.core.pending_members(key), "backoff over")
+
+    # ----------------------------------------------------------------- nudges
+    def nudge_gang(self, key: str, reason: str) -> None:
+        """Wake a gang whose members were rejected for a reason that just went away."""
+        self.core.requeue(key, self.core.pending_members(key), reason)
+
+    def nudge_waiting_after_sync(self) -> None:
+        """After a (re)start, gangs the previous instance rejected wait for no cluster event: give
+        one member of each waiting gang a nudge, once the caches hold the whole cluster."""
+        core = self.core
+        for key in list(core.cache.gang_members):
+            spec = core.cache.gang_spec(key)
+            if spec is not None and spec.is_gang and core.ledger.reserved_count(key):
+                continue
+            pending = sorted(core.pending_members(key), key=lambda m: m.name)
+            if pending:
+                core.requeue(key, pending[:1], "Quorum (re)started")
+
+    def note_rejection(self, state: GangState) -> None:
+        state.rejected_at = self._last_rejection = self.core.clock()
+
+    def schedule_recheck(self) -> None:
+        if self._recheck is not None:
+            return
+        horizon = self.core.clock() - STALE_ANSWER_WINDOW_SECONDS
+        if self._last_rejection <= horizon:  # O(1): called for every pod and node change
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a cache filled before serving): nothing has been answered yet
+        self._recheck = loop.call_later(RECHECK_DELAY_SECONDS, self._recheck_recent_rejections)
+
+    def _recheck_recent_rejections(self) -> None:
+        """Ask one member of each recently rejected gang to try again if its answer would change.
+
+        One member is enough: if the gang fits now, its placement wakes the others.
+        """
+        self._recheck = None
+        core = self.core
+        now = core.clock()
+        for key, state in list(core.gangs.items()):
+            if (state.rejected_at <= now - STALE_ANSWER_WINDOW_SECONDS or core.ledger.reserved_count(key)
+                    or state.backoff_until > now):
+                continue
+            pending = self._worth_rechecking(state)
+            if pending:
+                state.rejected_at = 0.0
+                core.metrics.rechecks.inc()
+                core.requeue(key, pending[:1], "cluster changed since its last rejection")
+
+    def _worth_rechecking(self, state: GangState) -> list[PodRecord]:
+        core = self.core
+        spec = core.cache.gang_spec(state.key)
+        if spec is None or not spec.is_gang:
+            return []
+        members = core.cache.members(state.key)
+        if alive_count(members) < spec.min_count:
+            return []  # still short of members: the same answer again
+        if self._unchanged_nofit(state):
+            return []  # nothing the placement depends on has moved
+        return sorted((m for m in members if m.pending), key=lambda m: m.name)

@@ -1,0 +1,160 @@
+"""The gang lifecycle as an explicit state machine.
+
+A gang's phase is a summary of facts that live elsewhere (members in the cache, reservations in
+the ledger, held binds, timers). After each change the coordinator derives the phase those facts
+imply (``derive_phase``) and moves the gang there through ``transition``, the one function that
+changes a phase: it checks the move against ``TRANSITIONS``, records the reason and counts it. An
+illegal move means a bug in the core (for example reserving during a backoff), so it raises in
+tests and is logged loudly in production.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..cluster.records import PodRecord
+
+log = logging.getLogger(__name__)
+
+
+class Phase(StrEnum):
+    WAITING_FOR_MEMBERS = "WaitingForMembers"
+    PENDING = "Pending"
+    RESERVED = "Reserved"
+    BINDING = "Binding"
+    BOUND = "Bound"
+    BACKOFF = "Backoff"
+    MISCONFIGURED = "Misconfigured"
+
+
+P = Phase
+# Where a gang may go from each phase. Everything not listed is a bug in the core.
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    P.WAITING_FOR_MEMBERS: frozenset({P.PENDING, P.RESERVED, P.BOUND, P.MISCONFIGURED}),
+    P.PENDING: frozenset({P.WAITING_FOR_MEMBERS, P.RESERVED, P.BOUND, P.MISCONFIGURED}),
+    P.RESERVED: frozenset({P.BINDING, P.BOUND, P.PENDING, P.WAITING_FOR_MEMBERS, P.BACKOFF,
+                           P.MISCONFIGURED}),
+    P.BINDING: frozenset({P.BOUND, P.RESERVED, P.PENDING, P.WAITING_FOR_MEMBERS, P.BACKOFF,
+                          P.MISCONFIGURED}),
+    P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.MISCONFIGURED}),
+    P.BACKOFF: frozenset({P.PENDING, P.WAITING_FOR_MEMBERS, P.BOUND, P.MISCONFIGURED}),
+    P.MISCONFIGURED: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.BOUND, P.BACKOFF}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """The core tried a phase change the state machine does not allow."""
+
+
+@dataclass(slots=True)
+class HeldBind:
+    """A bind call kube-scheduler is waiting on until the gang reaches quorum."""
+
+    pod: PodRecord
+    node: str
+    answer: asyncio.Future[str]
+
+
+@dataclass(slots=True)
+class NoFitMemo:
+    """A no-fit answer, valid while nothing it depends on moves (see ``Planner.fit_version``)."""
+
+    version: tuple[int, ...]
+    candidates: tuple[int, int]  # which nodes kube-scheduler offered (see ``fingerprint``)
+    reason: str
+
+
+@dataclass(slots=True)
+class GangState:
+    """What Quorum remembers about one gang beyond the cache and the ledger."""
+
+    key: str
+    first_seen: float
+    phase: Phase = Phase.WAITING_FOR_MEMBERS
+    reason: str = ""
+    domain: tuple[str, ...] = ()
+    held: dict[str, HeldBind] = field(default_factory=dict)
+    binds_in_flight: int = 0  # members whose bind call to the apiserver has not returned yet
+    deadline: asyncio.TimerHandle | None = None
+    backoff_until: float = 0.0
+    backoff_timer: asyncio.TimerHandle | None = None
+    failures: int = 0
+    replans: int = 0
+    nofit: NoFitMemo | None = None
+    min_count_reserved: int = 0
+    # When a member was last told "not enough members" or "does not fit": if the cache changes in a
+    # way that could alter that answer soon after, the answer may have come from a lagging watch.
+    rejected_at: float = 0.0
+    bind_failures: int = 0  # members the apiserver refused after quorum (a partial gang to repair)
+
+    def cancel_timers(self) -> None:
+        for timer in (self.deadline, self.backoff_timer):
+            if timer is not None:
+                timer.cancel()
+        self.deadline = self.backoff_timer = None
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the phase is derived from, gathered by the coordinator."""
+
+    spec_valid: bool
+    alive: int
+    running: int  # bound members plus members whose bind succeeded but the watch has not shown
+    min_count: int
+    reserved: int
+    held: int
+    binding: bool
+    backing_off: bool
+
+
+def derive_phase(facts: Facts) -> Phase:
+    """The phase the facts imply; ``transition`` moves the gang there."""
+    if not facts.spec_valid:
+        return Phase.MISCONFIGURED
+    if facts.binding:
+        return Phase.BINDING  # not Bound before the apiserver has accepted the quorum's binds
+    if facts.running >= facts.min_count:
+        return Phase.BOUND
+    if facts.held:
+        return Phase.BINDING
+    if facts.reserved:
+        return Phase.RESERVED
+    if facts.backing_off:
+        return Phase.BACKOFF
+    if facts.alive < facts.min_count:
+        return Phase.WAITING_FOR_MEMBERS
+    return Phase.PENDING
+
+
+def transition(state: GangState, to: Phase, reason: str, *, strict: bool,
+               count: Callable[[Phase, Phase], None]) -> None:
+    """The one place a gang changes phase: checks legality, records the reason, counts the move."""
+    if to == state.phase:
+        if reason:
+            state.reason = reason
+        return
+    if to not in TRANSITIONS[state.phase]:
+        message = f"gang {state.key}: illegal transition {state.phase} -> {to} ({reason})"
+        if strict:
+            raise IllegalTransition(message)
+        log.error("illegal gang transition", extra={"gang": state.key, "from": str(state.phase),
+                                                    "to": str(to), "reason": reason})
+    count(state.phase, to)
+    log.debug("gang phase", extra={"gang": state.key, "from": str(state.phase), "to": str(to),
+                                   "reason": reason})
+    state.phase = to
+    if reason:
+        state.reason = reason
+
+
+def transition_table_markdown() -> str:
+    """The table in docs/design.md is generated from ``TRANSITIONS`` so the two cannot disagree."""
+    lines = ["| from | may move to |", "|---|---|"]
+    for source, targets in TRANSITIONS.items():
+        lines.append(f"| {source} | {', '.join(sorted(targets))} |")
+    return "\n".join(lines)
