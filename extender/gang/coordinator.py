@@ -94,6 +94,10 @@ class Coordinator:
         state = self.core.gangs.get(gang)
         return 0 if state is None else state.failures
 
+    def free_capacity(self, node: str) -> tuple[dict[str, int], int] | None:
+        """Free capacity of a node as a pod outside every gang sees it (the ledger's formula)."""
+        return self.core.ledger.free(node, None)
+
     def gangs(self) -> list[str]:
         return sorted(self.core.gangs)
 

@@ -90,6 +90,10 @@ def backoff_gate(core: Core, g: GateInput) -> FilterDecision | None:
     wait = g.state.backoff_until - core.clock()
     if wait > 0:
         return reject_all(g.candidates, f"gang {g.state.key}: {g.state.reason} ({wait:.0f}s left)")
+    if g.state.backoff_until:
+        # Over, but its timer has not fired yet (it runs on the loop's clock): end it here.
+        g.state.backoff_until = 0.0
+        core.sync(g.state, f"gang {g.state.key}: backoff over")
     return None
 
 

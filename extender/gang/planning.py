@@ -139,8 +139,10 @@ class Planner:
         out: list[tuple[GangSpec, list[PodRecord], list[str]]] = []
         for key in list(core.cache.gang_members):
             state = core.gangs.get(key)
-            if key == exclude or state is None or core.ledger.reserved_count(key) or state.held or \
-                    state.binds_in_flight or state.backoff_until > core.clock():
+            if key == exclude or core.ledger.reserved_count(key):
+                continue
+            if state is not None and (state.held or state.binds_in_flight or
+                                      state.backoff_until > core.clock()):
                 continue
             spec = core.cache.gang_spec(key)
             if spec is None or not spec.is_gang or spec.min_count < 1 or spec.problem:
@@ -154,7 +156,7 @@ class Planner:
             pending = [m for m in members if m.pending and m.uid not in inflight]
             if len(pending) < spec.min_count - len(bound_nodes):
                 continue
-            if state.nofit is not None and state.nofit.version == self.fit_version(key):
+            if state is not None and state.nofit is not None and state.nofit.version == self.fit_version(key):
                 continue
             out.append((spec, pending, bound_nodes))
         return out

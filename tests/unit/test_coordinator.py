@@ -4,6 +4,8 @@ bind hold, timeout and backoff, release, extras, scoring and preemption."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -112,14 +114,16 @@ def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
 class World:
     """A cache of 2 blocks x 2 racks x 2 nodes (8 GPUs each) with a coordinator on top."""
 
-    def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2) -> None:
+    def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         config = Config()
         if timings is not None:
             config = replace(config, gang=timings)
         self.cache = ClusterCache(tuple(level.node_label for level in config.levels))
         self.actions = FakeActions(self.cache)
         self.metrics = Metrics()
-        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics)
+        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=clock,
+                                       strict=True)
         self.metrics.track_state(self.coordinator.phase_counts, self.cache.counts,
                                  self.coordinator.reserved_count)
         self.names: list[str] = []
@@ -175,7 +179,7 @@ async def test_quorum_gate_rejects_every_node_until_min_count_pods_exist() -> No
     assert decision.passing == []
     assert set(decision.unresolvable) == set(world.names)
     assert decision.unresolvable["b0-r0-n0"] == "gang ml/w: 3/8 pods exist, waiting for 5"
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
 
 
 async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> None:
@@ -186,11 +190,11 @@ async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> N
     world.add(gated)
     reason = world.filter("w0").unresolvable["b0-r0-n0"]
     assert reason == "gang ml/w: 3/4 pods exist (1 held by scheduling gates), waiting for 1"
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
     del gated["spec"]["schedulingGates"]  # the queueing controller admits it
     world.cache.upsert_pod(gated)
     assert len(world.filter("w0").passing) == 1
-    assert "uid-w3" in world.coordinator.gangs["ml/w"].reservation
+    assert "uid-w3" in world.coordinator.reservation_of("ml/w")
 
 
 async def test_member_seen_by_the_scheduler_before_the_watch_counts_itself() -> None:
@@ -199,7 +203,7 @@ async def test_member_seen_by_the_scheduler_before_the_watch_counts_itself() -> 
     last = pod("w3", gang="w", min_count=4)  # kube-scheduler has it; our watch has not delivered it
     decision = world.coordinator.filter(*typed(last), world.names)
     assert len(decision.passing) == 1
-    assert set(world.coordinator.gangs["ml/w"].reservation) == {"uid-w0", "uid-w1", "uid-w2", "uid-w3"}
+    assert set(world.coordinator.reservation_of("ml/w")) == {"uid-w0", "uid-w1", "uid-w2", "uid-w3"}
 
 
 # ------------------------------------------------------------------ answers given from a lagging watch
@@ -243,9 +247,8 @@ async def test_unknown_required_level_is_reported_and_not_retried_on_every_chang
 
 
 async def test_rejections_older_than_the_window_are_left_to_the_scheduler() -> None:
-    world = World()
     now = [1000.0]
-    world.coordinator.clock = lambda: now[0]
+    world = World(clock=lambda: now[0])
     for i, name in enumerate(world.names):
         world.add(pod(f"busy{i}", gpus=8, node_name=name))
     gang_of(world, 2, min_count=2, gpus=4)
@@ -291,7 +294,12 @@ async def test_invalid_min_count_annotation_is_reported_not_guessed() -> None:
     world.add(obj)
     decision = world.filter("w0")
     assert decision.passing == []
-    assert "invalid min count" in decision.unresolvable["b0-r0-n0"]
+    reason = "gang ml/w: quorum.dev/min-count 'eight' is not a positive integer (annotations)"
+    assert decision.unresolvable["b0-r0-n0"] == reason
+    # The gang is visible as Misconfigured, with the same reason (it had no phase at all before).
+    assert world.coordinator.phase_of("ml/w") == "Misconfigured"
+    assert world.coordinator.reason_of("ml/w") == reason
+    assert {g["gang"]: g["phase"] for g in world.coordinator.snapshot()} == {"ml/w": "Misconfigured"}
 
 
 # ---------------------------------------------------------------------------------- placement
@@ -302,7 +310,7 @@ async def test_first_member_places_the_whole_gang_in_one_rack_and_each_member_ge
     names = gang_of(world, 4, min_count=4, gpus=4, required="rack")
     first = world.filter("w0")
     assert len(first.passing) == 1
-    reservation = world.coordinator.gangs["ml/w"].reservation
+    reservation = world.coordinator.reservation_of("ml/w")
     assert len(reservation) == 4
     racks = {world.rack_of(n) for n in reservation.values()}
     assert len(racks) == 1
@@ -322,7 +330,7 @@ async def test_podgroup_min_count_and_topology_come_from_the_native_object() -> 
         world.add(pod(f"t{i}", podgroup="trainer", gpus=2))
     decision = world.filter("t0")
     assert len(decision.passing) == 1
-    reservation = world.coordinator.gangs["ml/trainer"].reservation
+    reservation = world.coordinator.reservation_of("ml/trainer")
     assert len({world.rack_of(n) for n in reservation.values()}) == 1
 
 
@@ -336,8 +344,8 @@ async def test_gang_that_does_not_fit_reserves_nothing_and_names_the_shortfall()
     assert reason.startswith("gang ml/w needs 5 × {")
     assert "nvidia.com/gpu: 4" in reason
     assert "best rack fits 4" in reason
-    assert world.coordinator.reserved_uid == {}
-    assert world.coordinator.reserved_on_node == {}
+    assert world.coordinator.reserved_count()[""] == 0
+    assert world.coordinator.reserved_nodes() == []
 
 
 async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes() -> None:
@@ -377,7 +385,7 @@ async def test_placement_uses_only_the_nodes_kube_scheduler_passed() -> None:
     allowed = ["b1-r1-n0", "b1-r1-n1"]
     decision = world.filter("w0", allowed)
     assert decision.passing[0] in allowed
-    assert set(world.coordinator.gangs["ml/w"].reservation.values()) == set(allowed)
+    assert set(world.coordinator.reservation_of("ml/w").values()) == set(allowed)
 
 
 async def test_required_level_with_members_already_bound_stays_in_their_domain() -> None:
@@ -386,7 +394,7 @@ async def test_required_level_with_members_already_bound_stays_in_their_domain()
     world.add(pod("w1", gang="w", min_count=3, gpus=1, required="rack"))
     world.add(pod("w2", gang="w", min_count=3, gpus=1, required="rack"))
     world.filter("w1")
-    reservation = world.coordinator.gangs["ml/w"].reservation
+    reservation = world.coordinator.reservation_of("ml/w")
     assert {world.rack_of(n) for n in reservation.values()} == {"b1-r0"}
 
 
@@ -397,7 +405,7 @@ async def test_plain_pods_and_other_gangs_are_kept_off_reserved_capacity() -> No
     world = World()
     gang_of(world, 2, min_count=2, gpus=8, required="rack")
     world.filter("w0")
-    reserved_nodes = set(world.coordinator.gangs["ml/w"].reservation.values())
+    reserved_nodes = set(world.coordinator.reservation_of("ml/w").values())
     world.add(pod("plain", gpus=1))
     decision = world.filter("plain")
     assert set(decision.unresolvable) == reserved_nodes
@@ -406,14 +414,14 @@ async def test_plain_pods_and_other_gangs_are_kept_off_reserved_capacity() -> No
     # A second gang is placed around the first one's reservation, never on it.
     gang_of(world, 2, min_count=2, gpus=8, prefix="v")
     world.filter("v0")
-    assert not set(world.coordinator.gangs["ml/v"].reservation.values()) & reserved_nodes
+    assert not set(world.coordinator.reservation_of("ml/v").values()) & reserved_nodes
 
 
 async def test_plain_pod_that_fits_beside_a_partial_reservation_passes() -> None:
     world = World()
     gang_of(world, 1, min_count=1, gpus=4)
     world.filter("w0")
-    reserved = next(iter(world.coordinator.gangs["ml/w"].reservation.values()))
+    reserved = next(iter(world.coordinator.reservation_of("ml/w").values()))
     world.add(pod("small", gpus=4))
     world.add(pod("large", gpus=5))
     assert reserved in world.filter("small").passing
@@ -427,32 +435,32 @@ async def test_binds_are_held_until_quorum_then_all_bound_together() -> None:
     world = World()
     names = gang_of(world, 3, min_count=3, gpus=2)
     world.filter("w0")
-    reservation = world.coordinator.gangs["ml/w"].reservation
+    reservation = world.coordinator.reservation_of("ml/w")
     nodes = {n: reservation[f"uid-{n}"] for n in names}
     first = asyncio.create_task(world.bind("w0", nodes["w0"]))
     second = asyncio.create_task(world.bind("w1", nodes["w1"]))
     await asyncio.sleep(0.01)
     assert not first.done() and not second.done()
     assert world.actions.binds == []
-    assert world.coordinator.phase(world.coordinator.gangs["ml/w"]) == "Binding"
+    assert world.coordinator.phase_of("ml/w") == "Binding"
     third = await world.bind("w2", nodes["w2"])
     answers = [await first, await second, third]
     assert answers == ["", "", ""]
     assert sorted(world.actions.binds) == sorted(nodes.items())
     assert world.sample("quorum_binds_total", outcome="success") == 3
     assert world.sample("quorum_gang_wait_seconds_count") == 1
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
 
 
 async def test_reserved_members_beyond_quorum_release_their_reservation_at_quorum() -> None:
     world = World()
     names = gang_of(world, 3, min_count=2, gpus=2)
     world.filter("w0")
-    reservation = dict(world.coordinator.gangs["ml/w"].reservation)
+    reservation = dict(world.coordinator.reservation_of("ml/w"))
     assert len(reservation) == 3  # every pending member is placed
     answers = await asyncio.gather(*(world.bind(n, reservation[f"uid-{n}"]) for n in names[:2]))
     assert answers == ["", ""]
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
     # The third member is now an ordinary extra and binds directly.
     assert world.filter("w2").passing == world.names
     assert await world.bind("w2", "b1-r1-n1") == ""
@@ -483,7 +491,7 @@ async def test_failed_bind_is_reported_to_the_scheduler() -> None:
     world.actions.fail.add("p")
     assert "refused" in await world.bind("p", "b0-r0-n0")
     assert world.sample("quorum_binds_total", outcome="error") == 1
-    assert world.coordinator.inflight == {}
+    assert world.coordinator.inflight_snapshot() == {}
 
 
 async def test_unexpected_bind_error_is_reported_and_leaves_no_capacity_counted() -> None:
@@ -491,8 +499,8 @@ async def test_unexpected_bind_error_is_reported_and_leaves_no_capacity_counted(
     world.add(pod("p", gpus=8))
     world.actions.crash.add("p")
     assert await world.bind("p", "b0-r0-n0") == "connection reset by peer"
-    assert world.coordinator.inflight == {}
-    assert world.coordinator._free("b0-r0-n0", None) == world.cache.free_on(world.cache.nodes["b0-r0-n0"])
+    assert world.coordinator.inflight_snapshot() == {}
+    assert world.coordinator.free_capacity("b0-r0-n0") == world.cache.free_on(world.cache.nodes["b0-r0-n0"])
 
 
 async def test_bound_members_count_towards_quorum() -> None:
@@ -511,12 +519,11 @@ async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() 
     world = World(GangTimings(bind_timeout_seconds=0.05, backoff_base_seconds=0.2, backoff_max_seconds=10))
     gang_of(world, 3, min_count=3, gpus=2)
     world.filter("w0")
-    node0 = world.coordinator.gangs["ml/w"].reservation["uid-w0"]
+    node0 = world.coordinator.reservation_of("ml/w")["uid-w0"]
     answer = await world.bind("w0", node0)
     assert "quorum not reached within 0.05s (1/3 members reached bind)" in answer
-    state = world.coordinator.gangs["ml/w"]
-    assert state.reservation == {} and state.held == {}
-    assert world.coordinator.reserved_on_node == {}
+    assert world.coordinator.reservation_of("ml/w") == {} and world.coordinator.held_binds("ml/w") == []
+    assert world.coordinator.reserved_nodes() == []
     assert world.actions.binds == []
     assert world.sample("quorum_reservation_timeouts_total") == 1
     assert world.sample("quorum_gang_backoffs_total") == 1
@@ -525,7 +532,7 @@ async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() 
     assert decision.passing == []
     assert "backing off 0.2s" in decision.unresolvable["b0-r0-n0"]
     assert world.sample("quorum_placements_total", result="fit") == 1
-    assert world.coordinator.phase(state) == "Backoff"
+    assert world.coordinator.phase_of("ml/w") == "Backoff"
     # After the backoff the members are nudged and the gang is placed again.
     await asyncio.sleep(0.25)
     assert "w1" in world.actions.requeued
@@ -533,17 +540,20 @@ async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() 
     assert world.sample("quorum_placements_total", result="fit") == 2
     # A second timeout doubles the backoff.
     await asyncio.sleep(0.1)
-    assert state.failures == 2
-    assert "backing off 0.4s" in state.last_reason
+    assert world.coordinator.failures_of("ml/w") == 2
+    assert "backing off 0.4s" in world.coordinator.reason_of("ml/w")
 
 
 async def test_backoff_is_capped() -> None:
-    world = World(GangTimings(bind_timeout_seconds=0.01, backoff_base_seconds=1, backoff_max_seconds=1.5))
+    now = [1000.0]
+    world = World(GangTimings(bind_timeout_seconds=0.01, backoff_base_seconds=1, backoff_max_seconds=1.5),
+                  clock=lambda: now[0])
     gang_of(world, 2, min_count=2)
-    state = world.coordinator._state("ml/w")
-    state.failures = 5
-    world.coordinator._back_off(state, "test")
-    assert "backing off 1.5s" in state.last_reason
+    for expected in ("backing off 1s", "backing off 1.5s", "backing off 1.5s"):
+        world.filter("w0")  # reserves; only one member reaches bind, so quorum times out
+        await world.bind("w0", world.coordinator.reservation_of("ml/w")["uid-w0"])
+        assert expected in world.coordinator.reason_of("ml/w")
+        now[0] += 2  # past the backoff
 
 
 # ---------------------------------------------------------------------------------- release
@@ -553,12 +563,12 @@ async def test_deleting_a_member_releases_the_reservation_and_fails_held_binds()
     world = World()
     gang_of(world, 3, min_count=3, gpus=2)
     world.filter("w0")
-    node0 = world.coordinator.gangs["ml/w"].reservation["uid-w0"]
+    node0 = world.coordinator.reservation_of("ml/w")["uid-w0"]
     held = asyncio.create_task(world.bind("w0", node0))
     await asyncio.sleep(0.01)
     world.cache.delete_pod(world.pods.pop("w2"))
     assert "member ml/w2 was deleted" in await held
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
     assert world.sample("quorum_reservation_releases_total", reason="member-deleted") == 1
     # Back at the quorum gate until the member is recreated; then placed again.
     assert "2/3 pods exist" in world.filter("w0").unresolvable["b0-r0-n0"]
@@ -570,9 +580,9 @@ async def test_deleting_a_reserved_node_releases_the_gang() -> None:
     world = World()
     gang_of(world, 2, min_count=2, gpus=8)
     world.filter("w0")
-    reserved = next(iter(world.coordinator.gangs["ml/w"].reservation.values()))
+    reserved = next(iter(world.coordinator.reservation_of("ml/w").values()))
     world.cache.delete_node(reserved)
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
     assert world.sample("quorum_reservation_releases_total", reason="node-deleted") == 1
 
 
@@ -583,9 +593,9 @@ async def test_deleting_the_podgroup_releases_and_forgets_the_gang() -> None:
     for i in range(2):
         world.add(pod(f"t{i}", podgroup="trainer"))
     world.filter("t0")
-    assert world.coordinator.reserved_uid
+    assert world.coordinator.reserved_count()[""]
     world.cache.delete_podgroup(group)
-    assert world.coordinator.reserved_uid == {}
+    assert world.coordinator.reserved_count()[""] == 0
     assert "waiting for its PodGroup" in world.filter("t0").unresolvable["b0-r0-n0"]
 
 
@@ -595,19 +605,19 @@ async def test_deleting_every_member_forgets_the_gang_state() -> None:
     world.filter("w0")
     for name in ("w0", "w1"):
         world.cache.delete_pod(world.pods.pop(name))
-    assert world.coordinator.gangs == {}
-    assert world.coordinator.reserved_on_node == {}
+    assert world.coordinator.gangs() == []
+    assert world.coordinator.reserved_nodes() == []
 
 
 async def test_replan_when_the_reserved_node_no_longer_passes() -> None:
     world = World()
     gang_of(world, 2, min_count=2, gpus=8)
     world.filter("w0")
-    reserved = world.coordinator.gangs["ml/w"].reservation["uid-w1"]
+    reserved = world.coordinator.reservation_of("ml/w")["uid-w1"]
     remaining = [n for n in world.names if n != reserved]
     decision = world.filter("w1", remaining)
     assert decision.passing and decision.passing[0] != reserved
-    assert reserved not in world.coordinator.gangs["ml/w"].reservation.values()
+    assert reserved not in world.coordinator.reservation_of("ml/w").values()
     assert world.sample("quorum_reservation_releases_total", reason="replan") == 1
 
 
@@ -616,7 +626,7 @@ async def test_replans_are_bounded_then_the_gang_backs_off() -> None:
     gang_of(world, 2, min_count=2, gpus=8)
     world.filter("w0")
     for _ in range(2):
-        reserved = world.coordinator.gangs["ml/w"].reservation.get("uid-w1")
+        reserved = world.coordinator.reservation_of("ml/w").get("uid-w1")
         if reserved is None:
             break
         decision = world.filter("w1", [n for n in world.names if n != reserved])
@@ -633,7 +643,7 @@ async def test_partly_bound_gang_is_repaired_before_another_gang_takes_its_domai
     world.add(pod("a1", gang="a", min_count=2, gpus=8, required="rack"))
     world.add(pod("b0", gang="b", min_count=1, gpus=8, required="rack"))
     decision = world.filter("b0")
-    assert world.coordinator.gangs["ml/a"].reservation == {"uid-a1": "b0-r0-n1"}
+    assert world.coordinator.reservation_of("ml/a") == {"uid-a1": "b0-r0-n1"}
     assert decision.passing and decision.passing != ["b0-r0-n1"]
     await asyncio.sleep(0.01)
     assert "a1" in world.actions.requeued  # the waiting member is told to come back now
@@ -745,4 +755,4 @@ async def test_member_not_yet_in_cache_is_placed_from_the_request(gpus: int) -> 
     world.add(pod("w2", gang="w", min_count=2, gpus=gpus))
     decision = world.coordinator.filter(*typed(late), world.names)
     assert len(decision.passing) == 1
-    assert "uid-w1" in world.coordinator.gangs["ml/w"].reservation
+    assert "uid-w1" in world.coordinator.reservation_of("ml/w")
