@@ -134,6 +134,8 @@ class Coordinator:
         assert spec is not None  # the declaration gate answered otherwise
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
+        if spec is self.cache.gang_spec(key):
+            state.spec_seen = spec
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
         self.core.sync(state)
@@ -377,18 +379,23 @@ class Coordinator:
         core = self.core
         state = core.gangs.get(event.key)
         spec = core.cache.gang_spec(event.key)
-        if state is None or spec is None:
+        if spec is None:
+            return
+        if state is None:
             # A PodGroup created after its pods: they were rejected while it was missing, and
-            # kube-scheduler sees no event that would retry them. Wake them now.
-            if spec is not None:
+            # kube-scheduler sees no event that would retry them. Wake them now (after the first
+            # list only: at start every gang gets its nudge once the caches have synced).
+            if core.cache.synced.get("podgroups"):
                 self.retry.nudge_gang(event.key, "its PodGroup appeared")
             return
+        if state.spec_seen == spec:
+            return  # a status update: the declaration did not change
+        state.spec_seen = spec
         reserved = core.ledger.reserved_count(event.key)
         needed = spec.min_count - core.running_count(event.key)
         if reserved and not state.binds_in_flight and needed > reserved + len(state.held):
             core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
-        elif not reserved and not state.held and state.phase in (Phase.WAITING_FOR_MEMBERS,
-                                                                 Phase.MISCONFIGURED):
+        elif not reserved and not state.held and state.phase != Phase.BOUND:
             self.retry.nudge_gang(event.key, "its declaration changed")
         core.sync(state)
 

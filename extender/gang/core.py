@@ -85,6 +85,7 @@ class Core:
         min_count = spec.min_count if spec is not None and valid else max(state.min_count_reserved, 1)
         return Facts(
             spec_valid=valid or spec is None,
+            declared=spec is not None,
             alive=alive_count(members),
             running=self.running_count(state.key),
             min_count=min_count,

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..cluster.records import PodRecord
+from ..cluster.records import GangSpec, PodRecord
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ class GangState:
     # way that could alter that answer soon after, the answer may have come from a lagging watch.
     rejected_at: float = 0.0
     bind_failures: int = 0  # members the apiserver refused after quorum (a partial gang to repair)
+    spec_seen: GangSpec | None = None  # the declaration last acted on (status updates change nothing)
 
     def cancel_timers(self) -> None:
         for timer in (self.deadline, self.backoff_timer):
@@ -103,6 +104,7 @@ class Facts:
     """What the phase is derived from, gathered by the coordinator."""
 
     spec_valid: bool
+    declared: bool  # the gang's declaration exists (its PodGroup, or annotations)
     alive: int
     running: int  # bound members plus members whose bind succeeded but the watch has not shown
     min_count: int
@@ -118,6 +120,8 @@ def derive_phase(facts: Facts) -> Phase:
         return Phase.MISCONFIGURED
     if facts.binding:
         return Phase.BINDING  # not Bound before the apiserver has accepted the quorum's binds
+    if not facts.declared and not (facts.reserved or facts.held):
+        return Phase.WAITING_FOR_MEMBERS  # its PodGroup does not exist (yet)
     if facts.running >= facts.min_count:
         return Phase.BOUND
     if facts.held:

@@ -1,0 +1,132 @@
+"""Regression tests for defects of the gang core found by generated input and peer scenarios.
+
+Each test names the defect it guards; each was seen to fail with its fix reverted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from extender.cluster.cache import CACHES_SYNCED, CacheEvent
+from extender.gang.ledger import CapacityLedger, DoubleReservation
+
+from .test_coordinator import World, gang_of, pod, podgroup, typed
+
+
+async def test_a_pod_is_never_reserved_by_two_gangs_when_the_request_names_another_gang() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=2, prefix="a")
+    world.filter("a0")
+    assert set(world.coordinator.reservation_of("ml/a")) == {"uid-a0", "uid-a1"}
+    # The same pod (same uid) arrives at filter claiming gang b with min-count 1.
+    imposter = pod("a0", gang="b", min_count=1, gpus=2)
+    decision = world.coordinator.filter(*typed(imposter), world.names)
+    assert world.coordinator.reservation_of("ml/b") == {}
+    # The cache's view wins: it is answered as a member of gang a, on its reserved node.
+    assert decision.passing == [world.coordinator.reservation_of("ml/a")["uid-a0"]]
+    assert world.coordinator.check_invariants() == []
+
+
+def test_the_ledger_refuses_a_second_gang_for_a_reserved_pod() -> None:
+    world = World()
+    ledger = CapacityLedger(world.cache)
+    ledger.reserve("ml/a", "uid-x", "b0-r0-n0", {"nvidia.com/gpu": 1})
+    with pytest.raises(DoubleReservation):
+        ledger.reserve("ml/b", "uid-x", "b0-r0-n1", {"nvidia.com/gpu": 1})
+    assert ledger.check() == []
+
+
+async def test_a_member_whose_reservation_was_released_before_its_bind_is_not_bound_alone() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8, required="rack")
+    node0 = world.filter("w0").passing[0]
+    # The reservation goes away between w0's filter answer and its bind call (here: the other
+    # member's reserved node is deleted; a re-plan or backoff has the same effect).
+    other = world.coordinator.reservation_of("ml/w")["uid-w1"]
+    world.cache.delete_node(other)
+    assert world.coordinator.reservation_of("ml/w") == {}
+    answer = await world.bind("w0", node0)
+    assert "holds no reservation" in answer
+    assert world.actions.binds == []
+    assert world.sample("quorum_binds_total", outcome="refused") == 1
+
+
+async def test_members_whose_binds_are_in_flight_are_not_repaired_as_missing() -> None:
+    world = World()
+    names = gang_of(world, 4, min_count=4, gpus=8)
+    world.filter("w0")
+    reservation = world.coordinator.reservation_of("ml/w")
+    answers = await asyncio.gather(*(world.bind(n, reservation[f"uid-{n}"]) for n in names))
+    assert answers == ["", "", "", ""]
+    # The watch has shown two of the four bindings so far; the other two are still in flight.
+    for name in names[:2]:
+        world.bind_in_cache(name, reservation[f"uid-{name}"])
+    assert world.coordinator.phase_of("ml/w") == "Bound"
+    # Another gang is placed now; the bound gang must not be "repaired" onto fresh nodes.
+    world.actions.requeued.clear()
+    gang_of(world, 1, min_count=1, gpus=8, prefix="v")
+    world.filter("v0")
+    assert world.coordinator.reservation_of("ml/w") == {}
+    assert not set(world.actions.requeued) & set(names)  # no pointless nudges for bound pods
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_filter_calls_naming_gangs_that_do_not_exist_leave_no_phantom_gangs() -> None:
+    world = World()
+    for i in range(50):
+        ghost = pod(f"ghost{i}", gang=f"nowhere{i}", min_count=3)
+        world.coordinator.filter(*typed(ghost), world.names)
+    assert world.coordinator.gangs() == []
+    assert world.coordinator.snapshot() == []
+
+
+async def test_waiting_gangs_get_one_nudge_once_the_caches_have_synced_after_a_restart() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    gang_of(world, 1, min_count=3, prefix="short")  # still short of members: nudged too, harmless
+    world.coordinator.on_cache_event(CacheEvent(CACHES_SYNCED, ""))
+    await asyncio.sleep(0.01)
+    assert sorted(world.actions.requeued) == ["short0", "w0"]
+
+
+@pytest.mark.parametrize("policy", [None, 2], ids=["basic", "gang"])
+async def test_pods_rejected_before_their_podgroup_existed_are_woken_when_it_appears(policy: int | None) -> None:
+    world = World()
+    for i in range(2):
+        world.add(pod(f"s{i}", podgroup="svc"))
+    assert "waiting for its PodGroup" in world.filter("s0").unresolvable["b0-r0-n0"]
+    world.cache.upsert_podgroup(podgroup("svc", policy))
+    await asyncio.sleep(0.01)
+    assert sorted(world.actions.requeued) == ["s0", "s1"]
+    assert len(world.filter("s0").passing) >= 1
+
+
+async def test_nodes_missing_a_topology_label_are_not_placed_into_as_a_domain() -> None:
+    world = World(racks=1, nodes_per_rack=1)
+    # Two nodes without rack and block labels: together they would hold the gang.
+    for name in ("loose-0", "loose-1"):
+        world.cache.upsert_node({"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                                 "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110",
+                                                            "nvidia.com/gpu": "8"}}})
+    candidates = ["loose-0", "loose-1"]
+    gang_of(world, 2, min_count=2, gpus=8, preferred="rack")
+    decision = world.filter("w0", candidates)
+    assert decision.passing == []
+    # A gang that asks for no topology may still use them.
+    gang_of(world, 2, min_count=2, gpus=8, prefix="free")
+    assert world.filter("free0", candidates).passing
+
+
+async def test_filter_answers_name_only_nodes_from_the_request_even_with_duplicates() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    reserved = sorted(world.coordinator.reservation_of("ml/w").values())
+    world.add(pod("plain", gpus=8))
+    free = [n for n in world.names if n not in reserved][0]
+    candidates = [reserved[1], reserved[1], free]  # the other reserved node is not offered
+    decision = world.filter("plain", candidates)
+    assert set(decision.unresolvable) <= set(candidates)
+    assert set(decision.passing) <= set(candidates)
