@@ -92,7 +92,8 @@ async def test_waiting_gangs_get_one_nudge_once_the_caches_have_synced_after_a_r
 
 
 @pytest.mark.parametrize("policy", [None, 2], ids=["basic", "gang"])
-async def test_pods_rejected_before_their_podgroup_existed_are_woken_when_it_appears(policy: int | None) -> None:
+async def test_pods_rejected_before_their_podgroup_existed_are_woken_when_it_appears(
+        policy: int | None) -> None:
     world = World()
     for i in range(2):
         world.add(pod(f"s{i}", podgroup="svc"))
@@ -125,7 +126,7 @@ async def test_filter_answers_name_only_nodes_from_the_request_even_with_duplica
     world.filter("w0")
     reserved = sorted(world.coordinator.reservation_of("ml/w").values())
     world.add(pod("plain", gpus=8))
-    free = [n for n in world.names if n not in reserved][0]
+    free = next(n for n in world.names if n not in reserved)
     candidates = [reserved[1], reserved[1], free]  # the other reserved node is not offered
     decision = world.filter("plain", candidates)
     assert set(decision.unresolvable) <= set(candidates)
