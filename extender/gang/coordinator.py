@@ -38,7 +38,7 @@ from ..cluster.records import GangSpec, PodRecord
 from ..config import Config
 from ..metrics import Metrics
 from ..topology.placement import NoFit
-from ..topology.scoring import ScoreTable, distance_scores, occupancy_score
+from ..topology.scoring import ScoreTable
 from . import debug, gates
 from .binding import Binder
 from .core import BindFailed, ClusterActions, Core
@@ -47,6 +47,7 @@ from .invariants import check_invariants
 from .ledger import CapacityLedger
 from .planning import Planner
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
+from .scores import Scorer
 from .state import GangState, Phase
 
 __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed", "ClusterActions",
@@ -63,8 +64,7 @@ class Coordinator:
         self.planner = Planner(self.core)
         self.binder = Binder(self.core)
         self.retry = Retry(self.core, self._nofit_unchanged)
-        self._occupancy_epoch = -1
-        self._occupancy_scores: dict[str, int] = {}
+        self.scorer = Scorer(self.core, self._running_nodes)
         self._verify_each_call = config.check_invariants
         cache.listeners.append(self.on_cache_event)
 
@@ -269,29 +269,7 @@ class Coordinator:
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodRecord, candidates: list[str]) -> ScoreTable:
         known = self.cache.pods.get(pod.uid)
-        key = (known or pod).gang_key
-        if key is not None:
-            nodes = self._gang_nodes(key)
-            if nodes:
-                scores = distance_scores(nodes, self.cache.domain_nodes, len(self.core.config.levels))
-                return ScoreTable(scores, lambda name: scores.get(name, 0))
-        if self._occupancy_epoch != self.cache.occupancy_epoch:
-            self._occupancy_scores = {}
-            self._occupancy_epoch = self.cache.occupancy_epoch
-        return ScoreTable(self._occupancy_scores, self._occupancy_score_of,
-                          ("occupancy", self._occupancy_epoch))
-
-    def _occupancy_score_of(self, name: str) -> int | None:
-        node = self.cache.nodes.get(name)
-        if node is None:
-            return None
-        score = self._occupancy_scores[name] = occupancy_score(node.paths, self.cache.domain_pods)
-        return score
-
-    def _gang_nodes(self, key: str) -> list[tuple[str, ...]]:
-        names = set(self._running_nodes(key))
-        names.update(self.core.ledger.reservation_of(key).values())
-        return [self.cache.nodes[n].paths for n in names if n in self.cache.nodes]
+        return self.scorer.scores((known or pod).gang_key)
 
     # ------------------------------------------------------------------ bind
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
