@@ -3,6 +3,9 @@
 Informer events go in (``upsert_*``/``delete_*``/``replace_*``), derived indexes are kept up to
 date incrementally (per-node usage, gang membership, domain occupancy), and the coordinator is told
 about the few changes it must react to (a member or node gone, a gang object gone).
+
+Every index is keyed by objects that exist (entries are dropped when they empty), so objects
+coming and going, under any names, never grow the cache.
 """
 
 from __future__ import annotations
@@ -89,13 +92,18 @@ class ClusterCache:
     def _account(self, pod: PodRecord, sign: int) -> None:
         if not pod.holds_capacity:
             return
-        self._free.pop(pod.node_name, None)
-        used = self.node_used[pod.node_name]
+        node = pod.node_name
+        self._free.pop(node, None)
+        used = self.node_used[node]
         if sign > 0:
             add_into(used, pod.requests)
         else:
             subtract_into(used, pod.requests)
-        self.node_pod_count[pod.node_name] += sign
+        if not used:
+            del self.node_used[node]  # no entry per name ever seen, only per node in use
+        self.node_pod_count[node] += sign
+        if not self.node_pod_count[node]:
+            del self.node_pod_count[node]
         for path in self._domain_paths(pod.node_name):
             self._count_domain(path, sign)
 
@@ -268,7 +276,8 @@ class ClusterCache:
             used = self.node_used.get(node.name)
             if used:
                 subtract_into(free, used)
-            self._free[node.name] = free
+            if self.nodes.get(node.name) is node:  # never keep an entry for a node that is gone
+                self._free[node.name] = free
         return free, node.pods_allocatable - self.node_pod_count.get(node.name, 0)
 
     def members(self, gang_key: str) -> list[PodRecord]:

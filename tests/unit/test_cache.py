@@ -444,3 +444,41 @@ def test_member_ready_when_a_schedulable_pod_joins_a_gang(
     cache.upsert_pod(gated)
     assert kinds(events)[-1] == ("member-ready", "ml/train")
     assert events[-1].pod is not None and events[-1].pod.uid == "u1"
+
+
+# --------------------------------------------------------------------------- bounded state
+
+
+def test_usage_entries_go_with_the_pods(cache: ClusterCache) -> None:
+    for i in range(50):
+        pod = make_pod(f"w{i}", f"u{i}", node=f"ghost-{i}", phase="Running")  # nodes never seen
+        cache.upsert_pod(pod)
+        cache.delete_pod(pod)
+    pod = make_pod("w", "u", node=N0, phase="Running")
+    cache.upsert_pod(pod)
+    cache.upsert_pod(bound(pod, N0, phase="Succeeded"))
+    assert dict(cache.node_used) == {}
+    assert dict(cache.node_pod_count) == {}
+
+
+def test_free_capacity_is_not_kept_for_a_node_that_is_gone(cache: ClusterCache) -> None:
+    node = cache.nodes[N0]
+    cache.free_on(node)
+    cache.delete_node(N0)
+    assert N0 not in cache._free
+    cache.free_on(node)  # a caller still holding the old record
+    assert N0 not in cache._free
+    assert set(cache._free) <= set(cache.nodes)
+
+
+def test_annotation_specs_go_with_the_last_member(cache: ClusterCache) -> None:
+    for i in range(20):
+        pod = make_pod(f"w{i}", f"u{i}", gang_annotation=f"gang-{i}", min_count=1)
+        cache.upsert_pod(pod)
+        cache.upsert_pod(make_pod(f"w{i}", f"u{i}"))  # left the gang by an update
+    cache.replace_pods([make_pod("x", "ux", gang_annotation="kept", min_count=1)])
+    assert list(cache.annotation_specs) == ["ml/kept"]
+    assert list(cache.gang_members) == ["ml/kept"]
+    cache.replace_pods([])
+    assert cache.annotation_specs == {}
+    assert dict(cache.gang_members) == {}
