@@ -40,6 +40,8 @@ CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped h
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
 MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
+# Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
+CACHES_SYNCED = "caches-synced"
 
 
 class ClusterCache:
@@ -66,12 +68,20 @@ class ClusterCache:
         # Bumped only when free capacity can have changed (nodes, or pods starting/stopping to hold
         # capacity): a gang that did not fit need not be placed again before it moves.
         self.capacity_version = 0
+        # Per kind: listed, and its watch not down (kept by the informer through ``set_synced``).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
 
     # --- helpers -------------------------------------------------------------------------
     def _emit(self, event: CacheEvent) -> None:
         for listener in self.listeners:
             listener(event)
+
+    def set_synced(self, kind: str, synced: bool) -> None:
+        """Mark one kind in or out of sync; CACHES_SYNCED goes out when the last one comes in."""
+        before = all(self.synced.values())
+        self.synced[kind] = synced
+        if synced and not before and all(self.synced.values()):
+            self._emit(CacheEvent(CACHES_SYNCED, ""))
 
     def _domain_paths(self, node_name: str) -> Iterable[str]:
         node = self.nodes.get(node_name)
@@ -170,7 +180,7 @@ class ClusterCache:
                 self.delete_node(name)
         for obj in fresh.values():
             self.upsert_node(obj)
-        self.synced["nodes"] = True
+        self.set_synced("nodes", True)
 
     # --- pods ----------------------------------------------------------------------------
     def upsert_pod(self, obj: dict[str, Any]) -> None:
@@ -242,7 +252,7 @@ class ClusterCache:
             self._drop_pod(uid)
         for obj in fresh:
             self.upsert_pod(obj)
-        self.synced["pods"] = True
+        self.set_synced("pods", True)
 
     # --- gang objects --------------------------------------------------------------------
     def upsert_podgroup(self, obj: dict[str, Any]) -> None:
@@ -262,7 +272,7 @@ class ClusterCache:
             self.delete_podgroup({"metadata": {"namespace": namespace, "name": name}})
         for obj in fresh.values():
             self.upsert_podgroup(obj)
-        self.synced["podgroups"] = True
+        self.set_synced("podgroups", True)
 
     # --- queries -------------------------------------------------------------------------
     def free_on(self, node: NodeRecord) -> tuple[Resources, int]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.cluster.cache import CacheEvent, ClusterCache
+from extender.cluster.cache import CACHES_SYNCED, CacheEvent, ClusterCache
 from extender.cluster.records import GangSpec
 
 from .fixtures import LEVEL_LABELS, bound, load, make_node, make_pod, make_podgroup, topology_nodes
@@ -444,6 +444,30 @@ def test_member_ready_when_a_schedulable_pod_joins_a_gang(
     cache.upsert_pod(gated)
     assert kinds(events)[-1] == ("member-ready", "ml/train")
     assert events[-1].pod is not None and events[-1].pod.uid == "u1"
+
+
+# --------------------------------------------------------------------------- synced event
+
+
+def test_caches_synced_emitted_when_the_last_kind_syncs() -> None:
+    cache = ClusterCache(LEVEL_LABELS)
+    seen: list[CacheEvent] = []
+    cache.listeners.append(seen.append)
+    cache.replace_nodes(topology_nodes())
+    cache.replace_pods([])
+    assert [e for e in seen if e.kind == CACHES_SYNCED] == []
+    cache.replace_podgroups([])
+    assert [e.kind for e in seen if e.kind == CACHES_SYNCED] == [CACHES_SYNCED]
+    cache.replace_pods([make_pod("w0", "u0")])  # a relist while in sync: nothing new
+    cache.set_synced("nodes", True)
+    assert [e.kind for e in seen].count(CACHES_SYNCED) == 1
+    cache.set_synced("pods", False)  # a watch went down
+    cache.set_synced("nodes", False)
+    cache.set_synced("pods", True)
+    assert [e.kind for e in seen].count(CACHES_SYNCED) == 1
+    cache.set_synced("nodes", True)  # ... and everything is current again
+    assert [e.kind for e in seen].count(CACHES_SYNCED) == 2
+    assert seen[-1] == CacheEvent(CACHES_SYNCED, "")
 
 
 # --------------------------------------------------------------------------- bounded state
