@@ -60,8 +60,9 @@ def build(config: cfg.Config) -> web.Application:
     coordinator = Coordinator(config, cache, client, metrics)
     metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count)
     informer = Informer(client, cache, metrics)
-    app = build_app(coordinator, cache, metrics, lambda: all(cache.synced.values()),
-                    config.max_request_bytes)
+    # Ready while every kind is listed and watched; the informer marks a kind whose watch is down
+    # (or whose loop ended) out of sync, which names it in the 503 answer.
+    app = build_app(coordinator, cache, metrics, informer.healthy, config.max_request_bytes)
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         informer.start()

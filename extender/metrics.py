@@ -81,6 +81,13 @@ class Metrics:
             "(kube-scheduler may have retried them before Quorum's watch saw the change).",
             registry=r,
         )
+        self.objects_rejected = Counter(
+            "quorum_objects_rejected_total",
+            "API objects skipped because they cannot be parsed (invalid-quantity, invalid-object), "
+            "or kept with a quantity clamped beyond any capacity (beyond-capacity), by kind and reason.",
+            ["kind", "reason"],
+            registry=r,
+        )
         self.watch_restarts = Counter(
             "quorum_watch_restarts_total", "Watch streams restarted, by kind and reason.", ["kind", "reason"],
             registry=r,

@@ -4,11 +4,16 @@ Each loop lists once, then watches from the list's resourceVersion with bookmark
 means the version expired, so it relists and replaces the kind wholesale. Other failures reconnect
 with capped exponential backoff. A kind whose API is not served (404, e.g. no PodGroup API on an
 older cluster) counts as synced and empty, and is looked for again later.
+
+No object can stop a loop: one the cache cannot take is logged, counted and skipped, and any
+unexpected failure is logged and followed by a relist. While a kind is not listed or its watch is
+backing off, the kind is marked out of sync, which is what readiness reports.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,18 +21,26 @@ from typing import Any
 
 import aiohttp
 
-from ..cluster.cache import ClusterCache
+from ..cluster.cache import ClusterCache, Rejected
+from ..cluster.resources import QuantityError
 from ..metrics import Metrics
 from .kube import ApiError, Gone, KubeClient
 
 log = logging.getLogger(__name__)
+
+# States reported by Informer.status().
+LISTING = "listing"
+WATCHING = "watching"
+BACKOFF = "backoff"
+ABSENT = "absent"  # the API is not served: synced and empty
+STOPPED = "stopped"
 
 
 @dataclass(frozen=True, slots=True)
 class Kind:
     name: str
     path: str
-    replace: Callable[[list[dict[str, Any]]], None]
+    replace: Callable[[list[dict[str, Any]]], list[Rejected]]
     upsert: Callable[[dict[str, Any]], None]
     delete: Callable[[dict[str, Any]], None]
 
@@ -51,10 +64,15 @@ class Informer:
         self.backoff_max = backoff_max
         self.absent_retry = absent_retry
         self._tasks: list[asyncio.Task[None]] = []
+        self._state: dict[str, str] = {}
+        cache.on_clamped = self._clamped
 
     def start(self) -> None:
         for kind in kinds_for(self.cache):
-            self._tasks.append(asyncio.create_task(self._run(kind), name=f"informer-{kind.name}"))
+            self._state[kind.name] = LISTING
+            task = asyncio.create_task(self._run(kind), name=f"informer-{kind.name}")
+            task.add_done_callback(functools.partial(self._ended, kind.name))
+            self._tasks.append(task)
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -62,16 +80,24 @@ class Informer:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
+    def status(self) -> dict[str, str]:
+        """Per kind: listing, watching, backoff, absent (API not served) or stopped."""
+        return dict(self._state)
+
+    def healthy(self) -> bool:
+        """Ready to answer: every loop alive, every kind listed and its watch not backing off."""
+        return (bool(self._tasks) and not any(task.done() for task in self._tasks)
+                and all(self.cache.synced.values()))
+
     async def _run(self, kind: Kind) -> None:
         delay = 0.5
         version = ""
         while True:
             try:
                 if not version:
-                    items, version = await self.client.list_objects(kind.path)
-                    kind.replace(items)
-                    log.info("listed", extra={"kind": kind.name, "objects": len(items)})
-                async for event in self.client.watch(kind.path, version):
+                    version = await self._list(kind)
+                async for event in self.client.watch(kind.path, version,
+                                                     on_open=lambda: self._opened(kind)):
                     version = self._apply(kind, event) or version
                 delay = 0.5  # a watch that ended normally (server timeout): resume from version
             except asyncio.CancelledError:
@@ -81,29 +107,94 @@ class Informer:
                 version = ""  # relist
             except ApiError as exc:
                 if exc.status == 404 and kind.name == "podgroups":
-                    if not self.cache.synced[kind.name]:
-                        log.info("PodGroup API not served; only annotation gangs are available")
-                    kind.replace([])
+                    await self._absent(kind)
                     version = ""
-                    await asyncio.sleep(self.absent_retry)
                     continue
-                self.metrics.watch_restarts.labels(kind.name, "error").inc()
-                log.warning("watch failed", extra={"kind": kind.name, "error": str(exc)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.backoff_max)
+                delay = await self._backoff(kind, "error", "watch failed", exc, delay)
             except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                self.metrics.watch_restarts.labels(kind.name, "connection").inc()
-                log.warning("watch connection lost", extra={"kind": kind.name, "error": str(exc)})
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, self.backoff_max)
+                delay = await self._backoff(kind, "connection", "watch connection lost", exc, delay)
+            except Exception as exc:  # a bug, not an object: say so, then start over from a list
+                log.exception("watch loop failed; relisting", extra={"kind": kind.name})
+                version = ""
+                delay = await self._backoff(kind, "unexpected", "watch loop failed", exc, delay)
 
-    def _apply(self, kind: Kind, event: dict[str, Any]) -> str:
-        kind_of_event = event.get("type")
-        obj = event.get("object") or {}
-        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if kind_of_event in ("ADDED", "MODIFIED"):
-            kind.upsert(obj)
-        elif kind_of_event == "DELETED":
-            kind.delete(obj)
-        # BOOKMARK: only the resourceVersion moves on.
+    async def _list(self, kind: Kind) -> str:
+        """List and replace the kind; objects the cache cannot take are reported, not fatal."""
+        self._state[kind.name] = LISTING
+        items, version = await self.client.list_objects(kind.path)
+        for obj, exc in kind.replace(items):
+            self._reject(kind.name, obj, exc)
+        log.info("listed", extra={"kind": kind.name, "objects": len(items)})
         return version
+
+    def _opened(self, kind: Kind) -> None:
+        """The apiserver accepted the watch: the kind is current again."""
+        self._state[kind.name] = WATCHING
+        self.cache.set_synced(kind.name, True)
+
+    async def _absent(self, kind: Kind) -> None:
+        if not self.cache.synced[kind.name]:
+            log.info("PodGroup API not served; only annotation gangs are available")
+        kind.replace([])
+        self._state[kind.name] = ABSENT
+        await asyncio.sleep(self.absent_retry)
+
+    async def _backoff(self, kind: Kind, reason: str, message: str, exc: BaseException,
+                       delay: float) -> float:
+        """Out of sync until the watch is back; wait, and return the next, longer delay."""
+        self._state[kind.name] = BACKOFF
+        self.cache.set_synced(kind.name, False)
+        self.metrics.watch_restarts.labels(kind.name, reason).inc()
+        if reason != "unexpected":
+            log.warning(message, extra={"kind": kind.name, "error": str(exc)})
+        await asyncio.sleep(delay)
+        return min(delay * 2, self.backoff_max)
+
+    def _ended(self, name: str, task: asyncio.Task[None]) -> None:
+        """A loop only ends when stopped; whatever the reason, the kind is no longer current."""
+        self._state[name] = STOPPED
+        self.cache.set_synced(name, False)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("watch loop ended", extra={"kind": name}, exc_info=task.exception())
+
+    def _apply(self, kind: Kind, event: Any) -> str:
+        """Apply one watch event; an object the cache cannot take is skipped, never fatal."""
+        obj = event.get("object") if isinstance(event, dict) else None
+        if not isinstance(obj, dict):
+            self._reject(kind.name, obj, ValueError("watch event without an object"))
+            return ""
+        meta = obj.get("metadata")
+        version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+        try:
+            if event.get("type") in ("ADDED", "MODIFIED"):
+                kind.upsert(obj)
+            elif event.get("type") == "DELETED":
+                kind.delete(obj)
+            # BOOKMARK: only the resourceVersion moves on.
+        except Exception as exc:  # any object the cache cannot take
+            self._reject(kind.name, obj, exc)
+        return version
+
+    def _reject(self, kind: str, obj: Any, exc: Exception) -> None:
+        reason = "invalid-quantity" if isinstance(exc, QuantityError) else "invalid-object"
+        self.metrics.objects_rejected.labels(kind, reason).inc()
+        name, error = object_name(obj), str(exc)[:300]
+        log.warning("%s %s skipped: %s", kind, name, error,
+                    extra={"kind": kind, "object": name, "reason": reason, "error": error},
+                    exc_info=None if reason == "invalid-quantity" else exc)
+
+    def _clamped(self, kind: str, name: str, resources: list[str]) -> None:
+        self.metrics.objects_rejected.labels(kind, "beyond-capacity").inc()
+        log.warning("%s %s: %s beyond any capacity (clamped; it can never be placed)", kind, name,
+                    ", ".join(resources), extra={"kind": kind, "object": name,
+                                                 "reason": "beyond-capacity", "resources": resources})
+
+
+def object_name(obj: Any) -> str:
+    """"namespace/name" (or just the name) of an object of any shape, for logs."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    if not isinstance(meta, dict):
+        return "<no metadata>"
+    name = str(meta.get("name") or "<unnamed>")[:253]
+    namespace = str(meta.get("namespace") or "")[:63]
+    return f"{namespace}/{name}" if namespace else name

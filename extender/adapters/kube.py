@@ -11,7 +11,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,9 +113,13 @@ class KubeClient:
                 return items, str(meta.get("resourceVersion", ""))
             params = {"limit": "500", "continue": meta["continue"]}
 
-    async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300
-                    ) -> AsyncIterator[dict[str, Any]]:
-        """Yield watch events; raises Gone on 410 so the caller relists."""
+    async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
+                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Yield watch events; raises Gone on 410 so the caller relists.
+
+        ``on_open`` runs once the apiserver has accepted the watch, before any event: a quiet
+        watch may yield nothing for minutes, yet it is up.
+        """
         params = {
             "watch": "true",
             "resourceVersion": resource_version,
@@ -126,6 +130,8 @@ class KubeClient:
         async with self.session.get(self._url(path), params=params, timeout=timeout) as resp:
             if resp.status != 200:
                 raise _error(resp.status, await resp.read())
+            if on_open is not None:
+                on_open()
             while True:
                 line = await resp.content.readline()
                 if not line:

@@ -3,6 +3,9 @@
 Informer events go in (``upsert_*``/``delete_*``/``replace_*``), derived indexes are kept up to
 date incrementally (per-node usage, gang membership, domain occupancy), and the coordinator is told
 about the few changes it must react to (a member or node gone, a gang object gone).
+
+Every index is keyed by objects that exist (entries are dropped when they empty), so objects
+coming and going, under any names, never grow the cache.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 from .gang_sources import gang_key_of_pod, podgroup_key, spec_from_annotations, spec_from_podgroup
 from .records import GangSpec, NodeRecord, PodRecord, node_record, pod_record
-from .resources import Resources, add_into, subtract_into
+from .resources import Resources, add_into, beyond_capacity, subtract_into
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +30,11 @@ class CacheEvent:
 
 
 Listener = Callable[[CacheEvent], None]
+# Told of an object whose quantities were clamped (kind, "namespace/name" or node name, resources):
+# it is kept, but can never fit, so whoever wires the cache reports it.
+ClampedHook = Callable[[str, str, list[str]], None]
+# An object a relist could not take, and why; the others are loaded all the same.
+Rejected = tuple[Any, Exception]
 
 # Event kinds. ``key`` is a pod uid for the pod events, a node name for the node events and a gang
 # key for the gang events.
@@ -37,7 +45,8 @@ CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped h
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
 MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
-CACHES_SYNCED = "caches-synced"  # every kind has been listed (after a start): the cache is whole
+# Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
+CACHES_SYNCED = "caches-synced"
 
 
 class ClusterCache:
@@ -64,12 +73,29 @@ class ClusterCache:
         # Bumped only when free capacity can have changed (nodes, or pods starting/stopping to hold
         # capacity): a gang that did not fit need not be placed again before it moves.
         self.capacity_version = 0
+        # Per kind: listed, and its watch not down (kept by the informer through ``set_synced``).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
+        self.on_clamped: ClampedHook | None = None
 
     # --- helpers -------------------------------------------------------------------------
     def _emit(self, event: CacheEvent) -> None:
         for listener in self.listeners:
             listener(event)
+
+    def set_synced(self, kind: str, synced: bool) -> None:
+        """Mark one kind in or out of sync; CACHES_SYNCED goes out when the last one comes in."""
+        before = all(self.synced.values())
+        self.synced[kind] = synced
+        if synced and not before and all(self.synced.values()):
+            self._emit(CacheEvent(CACHES_SYNCED, ""))
+
+    def _report_clamped(self, kind: str, key: str, old: Resources | None, new: Resources) -> None:
+        """Tell the hook about quantities at the cap, once per object and change, not per event."""
+        if self.on_clamped is None or old == new:
+            return
+        clamped = beyond_capacity(new)
+        if clamped:
+            self.on_clamped(kind, key, clamped)
 
     def _domain_paths(self, node_name: str) -> Iterable[str]:
         node = self.nodes.get(node_name)
@@ -90,13 +116,18 @@ class ClusterCache:
     def _account(self, pod: PodRecord, sign: int) -> None:
         if not pod.holds_capacity:
             return
-        self._free.pop(pod.node_name, None)
-        used = self.node_used[pod.node_name]
+        node = pod.node_name
+        self._free.pop(node, None)
+        used = self.node_used[node]
         if sign > 0:
             add_into(used, pod.requests)
         else:
             subtract_into(used, pod.requests)
-        self.node_pod_count[pod.node_name] += sign
+        if not used:
+            del self.node_used[node]  # no entry per name ever seen, only per node in use
+        self.node_pod_count[node] += sign
+        if not self.node_pod_count[node]:
+            del self.node_pod_count[node]
         for path in self._domain_paths(pod.node_name):
             self._count_domain(path, sign)
 
@@ -117,6 +148,7 @@ class ClusterCache:
         self.nodes[record.name] = record
         self._free.pop(record.name, None)
         self.capacity_version += 1
+        self._report_clamped("nodes", record.name, old.allocatable if old else None, record.allocatable)
         if old is None or _grew(old, record):
             self._emit(CacheEvent(CAPACITY_FREED, record.name))
 
@@ -156,14 +188,15 @@ class ClusterCache:
         self.capacity_version += 1
         self._emit(CacheEvent(NODE_REMOVED, name))
 
-    def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> None:
-        fresh = {(o.get("metadata") or {}).get("name", ""): o for o in objs}
+    def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
+        """Load a full list; an object that cannot be taken is returned, the others still load."""
+        fresh = {_meta(o, "name"): o for o in objs}
         for name in list(self.nodes):
             if name not in fresh:
                 self.delete_node(name)
-        for obj in fresh.values():
-            self.upsert_node(obj)
-        self.synced["nodes"] = True
+        rejected = _each(fresh.values(), self.upsert_node)
+        self.set_synced("nodes", True)
+        return rejected
 
     # --- pods ----------------------------------------------------------------------------
     def upsert_pod(self, obj: dict[str, Any]) -> None:
@@ -179,6 +212,7 @@ class ClusterCache:
                 self._leave_gang(old.uid, old.gang_key)
         self.pods[record.uid] = record
         self._account(record, +1)
+        self._report_clamped("pods", record.key, old.requests if old else None, record.requests)
         if old is None or (old.holds_capacity, old.node_name, old.requests) != (
             record.holds_capacity, record.node_name, record.requests
         ):
@@ -228,14 +262,15 @@ class ClusterCache:
             del self.gang_members[gang_key]
             self.annotation_specs.pop(gang_key, None)
 
-    def replace_pods(self, objs: Iterable[dict[str, Any]]) -> None:
+    def replace_pods(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
+        """Load a full list; a pod that cannot be taken keeps its last good record, if any."""
         fresh = list(objs)
-        seen = {(o.get("metadata") or {}).get("uid", "") for o in fresh}
+        seen = {_meta(o, "uid") for o in fresh}
         for uid in [u for u in self.pods if u not in seen]:
             self._drop_pod(uid)
-        for obj in fresh:
-            self.upsert_pod(obj)
-        self.synced["pods"] = True
+        rejected = _each(fresh, self.upsert_pod)
+        self.set_synced("pods", True)
+        return rejected
 
     # --- gang objects --------------------------------------------------------------------
     def upsert_podgroup(self, obj: dict[str, Any]) -> None:
@@ -248,14 +283,15 @@ class ClusterCache:
         if self.podgroup_specs.pop(key, None) is not None:
             self._emit(CacheEvent(GANG_REMOVED, key))
 
-    def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> None:
-        fresh = {podgroup_key(o): o for o in objs}
+    def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
+        """Load a full list; an object that cannot be taken is returned, the others still load."""
+        fresh = {f"{_meta(o, 'namespace')}/{_meta(o, 'name')}": o for o in objs}
         for key in [k for k in self.podgroup_specs if k not in fresh]:
             namespace, name = key.split("/", 1)
             self.delete_podgroup({"metadata": {"namespace": namespace, "name": name}})
-        for obj in fresh.values():
-            self.upsert_podgroup(obj)
-        self.synced["podgroups"] = True
+        rejected = _each(fresh.values(), self.upsert_podgroup)
+        self.set_synced("podgroups", True)
+        return rejected
 
     # --- queries -------------------------------------------------------------------------
     def free_on(self, node: NodeRecord) -> tuple[Resources, int]:
@@ -269,7 +305,8 @@ class ClusterCache:
             used = self.node_used.get(node.name)
             if used:
                 subtract_into(free, used)
-            self._free[node.name] = free
+            if self.nodes.get(node.name) is node:  # never keep an entry for a node that is gone
+                self._free[node.name] = free
         return free, node.pods_allocatable - self.node_pod_count.get(node.name, 0)
 
     def members(self, gang_key: str) -> list[PodRecord]:
@@ -285,6 +322,23 @@ class ClusterCache:
             "pods": len(self.pods),
             "podgroups": len(self.podgroup_specs),
         }
+
+
+def _meta(obj: Any, field: str) -> str:
+    """One metadata field of an object of any shape ("" when absent), for keying a relist."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return str(meta.get(field) or "") if isinstance(meta, dict) else ""
+
+
+def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
+    """Upsert every object; one that fails is collected instead of stopping the rest."""
+    rejected: list[Rejected] = []
+    for obj in objs:
+        try:
+            upsert(obj)
+        except Exception as exc:  # any object the cache cannot take: reported by the caller
+            rejected.append((obj, exc))
+    return rejected
 
 
 def _grew(old: NodeRecord, new: NodeRecord) -> bool:

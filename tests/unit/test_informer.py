@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import copy
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -10,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from extender.adapters.informer import Informer
+from extender.adapters.informer import ABSENT, BACKOFF, STOPPED, Informer
 from extender.adapters.kube import ApiError, Gone
-from extender.cluster.cache import ClusterCache
+from extender.cluster.cache import CACHES_SYNCED, CacheEvent, ClusterCache
 from extender.metrics import Metrics
 
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup
@@ -46,7 +48,8 @@ class FakeKube:
     ``lists[path]`` is consumed one answer per call (the last one repeats); an answer is
     ``(items, resourceVersion)`` or an exception to raise. ``watches[path]`` is consumed one script
     per watch call; a script yields its events in order, raises any exception in it, returns at
-    ``EndWatch``, and otherwise stays open (blocks) once it runs out, like a quiet watch.
+    ``EndWatch``, and otherwise stays open (blocks) once it runs out, like a quiet watch. A script
+    that starts with an exception is a watch the apiserver refused: it never opened.
     """
 
     def __init__(self) -> None:
@@ -65,10 +68,14 @@ class FakeKube:
         items, rv = answer
         return list(items), rv
 
-    async def watch(self, path: str, resource_version: str) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, path: str, resource_version: str,
+                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:
         self.watch_calls.append((path, resource_version))
         scripts = self.watches.get(path) or []
         script = scripts.pop(0) if scripts else []
+        await asyncio.sleep(0)
+        if on_open is not None and not (script and isinstance(script[0], BaseException)):
+            on_open()  # an exception first in a script is the apiserver refusing the watch
         for step in script:
             await asyncio.sleep(0)
             if isinstance(step, BaseException):
@@ -275,3 +282,148 @@ async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> 
     await informer.stop()
     assert all(task.done() for task in tasks)
     assert informer._tasks == []
+
+
+# --------------------------------------------------------------------------- hostile objects
+
+
+def rejected(metrics: Metrics, kind: str, reason: str) -> float:
+    labels = {"kind": kind, "reason": reason}
+    return metrics.registry.get_sample_value("quorum_objects_rejected_total", labels) or 0.0
+
+
+def warnings_naming(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and name in r.getMessage()]
+
+
+async def test_bad_objects_in_a_watch_are_skipped_and_the_watch_goes_on(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [([], "100")]
+    kube.watches[PODS] = [[
+        event("ADDED", make_pod("w0", "u0"), "101"),
+        event("ADDED", make_pod("neg", "u-neg", namespace="other", cpu="-1"), "102"),
+        {"type": "ADDED", "object": "not an object"},
+        event("ADDED", make_pod("typo", "u-typo", namespace="other", memory="64GB"), "103"),
+        event("ADDED", make_pod("hog", "u-hog", namespace="other", cpu="1e999999"), "104"),
+        event("MODIFIED", bound(make_pod("w0", "u0"), N0), "105"),
+        event("ADDED", make_pod("w1", "u1"), "106"),
+    ]]
+    informer = run(kube)
+    await eventually(lambda: "u1" in cache.pods)
+    assert sorted(cache.pods) == ["u-hog", "u0", "u1"]
+    assert cache.pods["u0"].node_name == N0
+    assert kube.watch_calls.count((PODS, "100")) == 1  # one watch, never ended by an object
+    assert restarts(metrics, "pods", "error") + restarts(metrics, "pods", "unexpected") == 0
+    assert rejected(metrics, "pods", "invalid-quantity") == 2
+    assert rejected(metrics, "pods", "invalid-object") == 1
+    assert rejected(metrics, "pods", "beyond-capacity") == 1
+    assert warnings_naming(caplog, "other/neg") and warnings_naming(caplog, "other/typo")
+    assert "cpu" in warnings_naming(caplog, "other/hog")[0]
+    assert informer.healthy()
+
+
+async def test_relist_with_a_bad_object_loads_the_others(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [
+        ([make_pod("w0", "u0")], "100"),
+        ([make_pod("w0", "u0"), make_pod("neg", "u-neg", namespace="other", cpu="-2"), make_pod("w1", "u1")],
+         "200"),
+    ]
+    kube.watches[PODS] = [[Gone(410, "too old resource version")]]
+    informer = run(kube)
+    await eventually(lambda: (PODS, "200") in kube.watch_calls)
+    assert sorted(cache.pods) == ["u0", "u1"]
+    assert rejected(metrics, "pods", "invalid-quantity") == 1
+    assert warnings_naming(caplog, "other/neg")
+    assert informer.healthy()
+
+
+async def test_clamped_pod_is_reported_once(
+    metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
+) -> None:
+    hog = make_pod("hog", "u-hog", namespace="other", memory="1e999999")
+    kube = FakeKube()
+    kube.lists[PODS] = [([with_rv(hog, "90")], "100")]
+    kube.watches[PODS] = [[event("MODIFIED", copy.deepcopy(hog), "101"), bookmark("102")]]
+    run(kube)
+    await eventually(lambda: kube.watch_calls.count((PODS, "100")) == 1)
+    await asyncio.sleep(0.02)
+    assert rejected(metrics, "pods", "beyond-capacity") == 1
+    assert len(warnings_naming(caplog, "other/hog")) == 1
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+async def test_not_ready_while_a_watch_backs_off(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [([], "100")]
+    kube.watches[PODS] = [[ApiError(500, "etcdserver: request timed out")], []]
+    informer = run(kube)
+    await eventually(lambda: informer.status()["pods"] == BACKOFF)
+    assert not informer.healthy()
+    assert cache.synced["pods"] is False  # what /readyz names
+    assert informer.status()["nodes"] == "watching"
+    await eventually(informer.healthy)  # the watch is accepted again after 0.5 s
+    assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching"}
+    assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100"]
+
+
+async def test_not_ready_until_listed_and_absent_api_counts_as_running(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODGROUPS] = [ApiError(404, "the server could not find the requested resource")]
+    kube.lists[PODS] = [ApiError(503, "starting"), ([], "5")]
+    informer = Informer(kube, cache, Metrics())  # type: ignore[arg-type]
+    assert not informer.healthy()  # not started
+    informer = run(kube, absent_retry=3600)
+    await eventually(lambda: informer.status()["pods"] == BACKOFF)
+    assert not informer.healthy()
+    await eventually(informer.healthy)
+    assert informer.status()["podgroups"] == ABSENT
+
+
+async def test_unexpected_failure_is_logged_and_the_loop_relists(
+    cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
+) -> None:
+    kube = FakeKube()
+    kube.lists[PODS] = [([], "100"), ([make_pod("w0", "u0")], "200")]
+    kube.watches[PODS] = [[KeyError("a bug")]]
+    informer = run(kube)
+    await eventually(lambda: "u0" in cache.pods and informer.healthy())
+    assert restarts(metrics, "pods", "unexpected") == 1
+    assert kube.lists_of(PODS) == 2
+    assert any(r.levelno == logging.ERROR and r.exc_info for r in caplog.records)
+
+
+async def test_a_loop_that_ended_makes_the_kind_not_ready(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    informer = run(FakeKube())
+    await eventually(informer.healthy)
+    informer._tasks[1].cancel()  # the pods loop, gone for whatever reason
+    await eventually(lambda: informer.status()["pods"] == STOPPED)
+    assert not informer.healthy()
+    assert [kind for kind, done in cache.synced.items() if not done] == ["pods"]
+
+
+async def test_caches_synced_once_all_kinds_are_listed(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    seen: list[CacheEvent] = []
+    cache.listeners.append(seen.append)
+    kube = FakeKube()
+    kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "5")], "10")]
+    kube.lists[PODGROUPS] = [ApiError(404, "not served")]
+    informer = run(kube, absent_retry=3600)
+    await eventually(informer.healthy)
+    await asyncio.sleep(0.02)
+    assert [e.kind for e in seen].count(CACHES_SYNCED) == 1
+    assert seen[-1].kind == CACHES_SYNCED

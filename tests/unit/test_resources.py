@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
 from extender.cluster.resources import (
+    MAX_UNITS,
     QuantityError,
     add,
+    beyond_capacity,
     parse_quantity,
     parse_resource_list,
     pod_requests,
@@ -75,6 +78,109 @@ def test_invalid_quantities_raise(text: Any) -> None:
 )
 def test_to_units(name: str, quantity: str | float, units: int) -> None:
     assert to_units(name, quantity) == units
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1.", Decimal(1)),
+        (".5", Decimal("0.5")),
+        ("+2", Decimal(2)),
+        ("1e+3", Decimal(1000)),
+        ("1.5e-3", Decimal("0.0015")),
+        ("1.5Gi", Decimal(3 * 2**29)),
+        ("0.000000000001", Decimal("1e-9")),  # rounded up to the nano, like Kubernetes
+        ("-0.000000000001", Decimal("-1e-9")),
+        ("007", Decimal(7)),
+        ("-0", Decimal(0)),
+        (1e-5, Decimal("0.00001")),
+    ],
+)
+def test_kubernetes_grammar_edges(text: str | float, expected: Decimal) -> None:
+    assert parse_quantity(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [".", "+", "1e", "e3", "1e3Ki", "1Ki3", "1.5.", "1 k", "\u0661", "1e1.5", "0x10", "1_000", [], None,
+     "1e99999999999999999999", "1e-9223372036854775809"],
+)
+def test_syntax_kubernetes_rejects(text: Any) -> None:
+    with pytest.raises(QuantityError):
+        to_units("cpu", text)
+
+
+# --------------------------------------------------------------------------- hostile quantities
+
+CAP = Decimal(MAX_UNITS)
+
+
+def short_id(value: object) -> str:
+    """Test ids of a few characters, whatever the size of the hostile value."""
+    if isinstance(value, int):
+        return f"int{value.bit_length()}"
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= 24 else f"{text[:12]}..{len(text)}chars"
+
+
+def timed(call: Any, *args: Any) -> Any:
+    """Run ``call``; the bound only catches a freeze (the old code took ~25 s), it is no benchmark."""
+    start = time.perf_counter()
+    result = call(*args)
+    assert time.perf_counter() - start < 0.5
+    return result
+
+
+@pytest.mark.parametrize(
+    "quantity",
+    ["1e999999", "1E999999", "1e9999999999999", "99999999999999999999999Ei", "9" * 100_000, 2**200, 1e308,
+     "9223372036854775808", "1e" + "0" * 50_000 + "99"],
+    ids=short_id,
+)
+def test_values_beyond_any_capacity_are_clamped(quantity: str | int | float) -> None:
+    assert timed(parse_quantity, quantity) == CAP
+    assert timed(to_units, "cpu", quantity) == MAX_UNITS
+    assert timed(to_units, "memory", quantity) == MAX_UNITS
+    assert beyond_capacity(parse_resource_list({"cpu": quantity, "memory": "1Gi"})) == ["cpu"]
+
+
+def test_cpu_clamps_in_millicores() -> None:
+    # 2**63 millicores is beyond the cap even though 2**63 / 1000 cores is not beyond it in cores.
+    assert to_units("cpu", str(MAX_UNITS // 1000 + 1)) == MAX_UNITS
+    assert to_units("cpu", str(MAX_UNITS // 1000)) == MAX_UNITS // 1000 * 1000
+    assert beyond_capacity({"cpu": MAX_UNITS - 1, "memory": 1}) == []
+
+
+@pytest.mark.parametrize(
+    ("quantity", "units"),
+    [("1e-999999", 1), ("1e-9223372036854775808", 1), ("0." + "0" * 200_000 + "1", 1),
+     ("1." + "1" * 200_000, 2), ("0" * 200_000 + "5", 5), ("0e999999", 0), ("0.0e9999999999999", 0)],
+    ids=short_id,
+)
+def test_tiny_or_long_values_round_up_exactly(quantity: str, units: int) -> None:
+    assert timed(to_units, "memory", quantity) == units
+
+
+@pytest.mark.parametrize("quantity", ["-1e999999", "-1", "-500m", -2**200, "-1e-999999", "-" + "9" * 100_000],
+                         ids=short_id)
+def test_negative_quantities_are_invalid(quantity: str | int) -> None:
+    with pytest.raises(QuantityError, match="negative") as caught:
+        timed(to_units, "cpu", quantity)
+    assert len(str(caught.value)) < 100  # a hostile value is not copied into logs whole
+
+
+def test_huge_negative_integer_is_invalid() -> None:
+    with pytest.raises(QuantityError, match="negative"):
+        timed(to_units, "cpu", -(10**100_000))
+
+
+def test_long_fractions_round_up_exactly_with_binary_suffixes() -> None:
+    # The digits far below a unit are folded into one flag; the result stays the exact ceiling.
+    assert to_units("memory", "0.0009765625Ki") == 1  # exactly one byte
+    assert to_units("memory", "0.0009765625" + "0" * 5000 + "Ki") == 1
+    assert to_units("memory", "0.0009765625" + "0" * 5000 + "1Ki") == 2
+    assert to_units("memory", "0.9999999999999999999999999999Ei") == 2**60
+    assert to_units("memory", "1." + "0" * 80 + "1Ei") == 2**60 + 1
 
 
 def test_parse_resource_list() -> None:
