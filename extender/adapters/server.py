@@ -115,7 +115,14 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 async def handle_debug_gangs(request: web.Request) -> web.Response:
-    doc = request.app[COORDINATOR].debug_document()
+    coordinator = request.app[COORDINATOR]
+    doc = {
+        "gangs": coordinator.snapshot(),
+        "reservedPods": len(coordinator.reserved_uid),
+        "reservedNodes": sorted(coordinator.reserved_on_node),
+        "inflightBinds": coordinator.inflight_snapshot(),
+        "cache": request.app[CACHE].counts(),
+    }
     return _json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 

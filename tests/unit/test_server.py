@@ -428,7 +428,7 @@ async def test_malformed_quantity_in_request_pod_is_400(stack: Stack) -> None:
         stack.cache.upsert_pod(member)
     await stack.post("/filter", extender_args(make_pod("train-a-worker-0", "uid-w0", group="train-a"),
                                               names=ALL_NAMES))
-    assert stack.coordinator.reserved_count()[""], "precondition: the gang holds a reservation"
+    assert stack.coordinator.reserved_uid, "precondition: the gang holds a reservation"
     pod = plain_pod()
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     resp = await stack.post("/filter", extender_args(pod, names=ALL_NAMES))
