@@ -811,6 +811,11 @@ def print_report(report: dict[str, Any]) -> None:
         http_ms = ", ".join(fmt(v) for v in run["http"]["placements_ms"])
         ip_ms = ", ".join(fmt(v) for v in run["inprocess"]["placements_ms"])
         print(f"| {run['nodes']} | {run['http']['pods']} | {http_ms} | {ip_ms} |")
+    _print_memory(report)
+    _print_profiles(report)
+
+
+def _print_memory(report: dict[str, Any]) -> None:
     mem = report.get("memory")
     if mem:
         rec, full = mem["records"], mem.get("full")
@@ -825,6 +830,9 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{r['rss_after_nodes'] / 2**20:.0f} MiB | {r['rss_after_pods'] / 2**20:.0f} MiB | "
                   f"{cost / 2**20:.0f} MiB | {cost / r['pods']:.0f} B |")
         print(f"\n(one pod object is {rec['pod_json_bytes']} bytes of JSON)")
+
+
+def _print_profiles(report: dict[str, Any]) -> None:
     for run in report["runs"]:
         for where in ("inprocess", "http"):
             profiles = run[where].get("profiles") or {}
