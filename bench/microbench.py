@@ -811,7 +811,11 @@ def print_report(report: dict[str, Any]) -> None:
         http_ms = ", ".join(fmt(v) for v in run["http"]["placements_ms"])
         ip_ms = ", ".join(fmt(v) for v in run["inprocess"]["placements_ms"])
         print(f"| {run['nodes']} | {run['http']['pods']} | {http_ms} | {ip_ms} |")
-    mem = report.get("memory")
+    print_memory(report.get("memory"))
+    print_profiles(report)
+
+
+def print_memory(mem: dict[str, Any] | None) -> None:
     if mem:
         rec, full = mem["records"], mem.get("full")
         print("\nMemory (RSS, psutil, after gc.collect()):\n")
@@ -825,6 +829,9 @@ def print_report(report: dict[str, Any]) -> None:
                   f"{r['rss_after_nodes'] / 2**20:.0f} MiB | {r['rss_after_pods'] / 2**20:.0f} MiB | "
                   f"{cost / 2**20:.0f} MiB | {cost / r['pods']:.0f} B |")
         print(f"\n(one pod object is {rec['pod_json_bytes']} bytes of JSON)")
+
+
+def print_profiles(report: dict[str, Any]) -> None:
     for run in report["runs"]:
         for where in ("inprocess", "http"):
             profiles = run[where].get("profiles") or {}
