@@ -417,8 +417,8 @@ def server_main(nodes: int, pods_per_node: int, conn: Any) -> None:
                 conn.send(("ok", _rusage()))
             elif command == "state":
                 coordinator = cluster.coordinator
-                conn.send(("ok", {"reserved_pods": coordinator.reserved_count()[""],
-                                  "reserved_nodes": len(coordinator.reserved_nodes())}))
+                conn.send(("ok", {"reserved_pods": len(coordinator.reserved_uid),
+                                  "reserved_nodes": len(coordinator.reserved_on_node)}))
             elif command == "stop":
                 done.set()
 
@@ -811,12 +811,11 @@ def print_report(report: dict[str, Any]) -> None:
         http_ms = ", ".join(fmt(v) for v in run["http"]["placements_ms"])
         ip_ms = ", ".join(fmt(v) for v in run["inprocess"]["placements_ms"])
         print(f"| {run['nodes']} | {run['http']['pods']} | {http_ms} | {ip_ms} |")
-    _print_memory(report)
-    _print_profiles(report)
+    print_memory(report.get("memory"))
+    print_profiles(report)
 
 
-def _print_memory(report: dict[str, Any]) -> None:
-    mem = report.get("memory")
+def print_memory(mem: dict[str, Any] | None) -> None:
     if mem:
         rec, full = mem["records"], mem.get("full")
         print("\nMemory (RSS, psutil, after gc.collect()):\n")
@@ -832,7 +831,7 @@ def _print_memory(report: dict[str, Any]) -> None:
         print(f"\n(one pod object is {rec['pod_json_bytes']} bytes of JSON)")
 
 
-def _print_profiles(report: dict[str, Any]) -> None:
+def print_profiles(report: dict[str, Any]) -> None:
     for run in report["runs"]:
         for where in ("inprocess", "http"):
             profiles = run[where].get("profiles") or {}
