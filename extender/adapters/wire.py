@@ -94,6 +94,20 @@ def _string_map(value: Any, where: str) -> None:
         raise WireError(f"{where}: values must be strings")
 
 
+def _containers(containers: Any, where: str) -> None:
+    """Containers (or init containers): a list of objects whose resources are objects."""
+    if containers is None:
+        return
+    if not isinstance(containers, list):
+        raise WireError(f"{where}: must be a list")
+    for i, container in enumerate(containers):
+        if not isinstance(container, dict):
+            raise WireError(f"{where}[{i}]: must be an object")
+        resources = _object_or_null(container.get("resources"), f"{where}[{i}].resources")
+        for part in ("requests", "limits"):
+            _object_or_null(resources.get(part), f"{where}[{i}].resources.{part}")
+
+
 def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     """The embedded Pod as a typed record, with every field Quorum reads checked for shape.
 
@@ -119,18 +133,7 @@ def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise WireError("Pod.spec.priority: must be an integer")
     for key in ("containers", "initContainers"):
-        containers = spec.get(key)
-        if containers is None:
-            continue
-        if not isinstance(containers, list):
-            raise WireError(f"Pod.spec.{key}: must be a list")
-        for i, container in enumerate(containers):
-            where = f"Pod.spec.{key}[{i}]"
-            if not isinstance(container, dict):
-                raise WireError(f"{where}: must be an object")
-            resources = _object_or_null(container.get("resources"), f"{where}.resources")
-            for part in ("requests", "limits"):
-                _object_or_null(resources.get(part), f"{where}.resources.{part}")
+        _containers(spec.get(key), f"Pod.spec.{key}")
     _object_or_null(spec.get("overhead"), "Pod.spec.overhead")
     _object_or_null(pod.get("status"), "Pod.status")
     for key in ("nodeName", "schedulerName"):
