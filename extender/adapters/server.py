@@ -94,7 +94,7 @@ async def handle_bind(request: web.Request) -> web.Response:
 async def handle_preempt(request: web.Request) -> web.Response:
     args = wire.parse_preemption_args(await _body(request))
     victims = request.app[COORDINATOR].preempt(args.pod, args.victims)
-    return _json(wire.preemption_result(victims))
+    return _json(wire.preemption_result(args, victims))
 
 
 async def handle_healthz(request: web.Request) -> web.Response:

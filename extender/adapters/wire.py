@@ -3,10 +3,16 @@
 The Go structs carry no json tags, so keys arrive capitalised and unset fields arrive as ``null``;
 embedded Kubernetes objects keep their usual lowerCamel keys. Parsing is strict about shape (a
 malformed request is answered with HTTP 400 by the server) and lenient about extra keys.
+
+Answers are checked against the protocol here too, as a last line of defence: kube-scheduler
+fails the whole scheduling attempt on a node name it did not send or a score outside 0..10, so
+such an answer from the core is trimmed to the request and logged as a warning instead.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -17,10 +23,21 @@ from ..cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from ..cluster.records import GangSpec, PodRecord, pod_record
 from ..cluster.resources import QuantityError
 from ..topology.scoring import MAX_SCORE, ScoreTable
+from .shapes import WireError as WireError  # raised by every parse_* function
+from .shapes import (
+    check_metadata,
+    check_spec,
+    integer_or_null,
+    list_or_null,
+    object_or_null,
+    string_or_null,
+    strings,
+)
 
+log = logging.getLogger(__name__)
 
-class WireError(ValueError):
-    """A request that does not match the extender protocol; answered with HTTP 400."""
+# Error messages echo parts of the request; a client must not get its 30 MiB name back.
+_MAX_ERROR_CHARS = 500
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,18 +46,22 @@ class ExtenderArgs:
 
     The pod arrives as a typed record (requests computed once, here) plus the gang its annotations
     declare, for a pod the informer has not delivered yet; the core never sees the raw object.
+    In node-list mode each Node is encoded once while parsing (``encoded_nodes``), so a Node that
+    cannot be sent back is refused before the core acts on the request.
     """
 
     pod: PodRecord
     declared_gang: GangSpec | None
     node_names: list[str] | None  # nodeCacheCapable: true
     nodes: list[dict[str, Any]] | None  # nodeCacheCapable: false (full Node objects)
+    encoded_nodes: list[bytes] | None = None  # nodes, each already encoded for the answer
+    node_list_names: list[str] | None = None  # metadata.name of each of nodes
 
     @property
     def candidate_names(self) -> list[str]:
         if self.node_names is not None:
             return self.node_names
-        return [str((n.get("metadata") or {}).get("name", "")) for n in self.nodes or ()]
+        return self.node_list_names or []
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,111 +101,60 @@ def _get(doc: dict[str, Any], key: str) -> Any:
     return None
 
 
-def _object_or_null(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise WireError(f"{where}: must be an object")
-    return value
-
-
-def _string_map(value: Any, where: str) -> None:
-    mapping = _object_or_null(value, where)
-    if not all(isinstance(v, str) for v in mapping.values()):
-        raise WireError(f"{where}: values must be strings")
-
-
-def _containers(containers: Any, where: str) -> None:
-    """Containers (or init containers): a list of objects whose resources are objects."""
-    if containers is None:
-        return
-    if not isinstance(containers, list):
-        raise WireError(f"{where}: must be a list")
-    for i, container in enumerate(containers):
-        if not isinstance(container, dict):
-            raise WireError(f"{where}[{i}]: must be an object")
-        resources = _object_or_null(container.get("resources"), f"{where}[{i}].resources")
-        for part in ("requests", "limits"):
-            _object_or_null(resources.get(part), f"{where}[{i}].resources.{part}")
-
-
 def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
-    """The embedded Pod as a typed record, with every field Quorum reads checked for shape.
-
-    Checking here (rather than trusting the scheduler) keeps any hand-made or corrupted request
-    from reaching the coordinator, where a wrong type would surface as a 500.
-    """
+    """The embedded Pod as a typed record plus the gang its annotations declare."""
     pod = _get(doc, "Pod")
     if not isinstance(pod, dict):
         raise WireError("Pod: required object missing")
-    meta = pod.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta.get("name"):
-        raise WireError("Pod.metadata.name: required")
-    for key in ("namespace", "uid"):
-        if meta.get(key) is not None and not isinstance(meta.get(key), str):
-            raise WireError(f"Pod.metadata.{key}: must be a string")
-    _string_map(meta.get("annotations"), "Pod.metadata.annotations")
-    _string_map(meta.get("labels"), "Pod.metadata.labels")
-    spec = _object_or_null(pod.get("spec"), "Pod.spec")
-    group = _object_or_null(spec.get("schedulingGroup"), "Pod.spec.schedulingGroup")
-    if group.get("podGroupName") is not None and not isinstance(group.get("podGroupName"), str):
-        raise WireError("Pod.spec.schedulingGroup.podGroupName: must be a string")
-    priority = spec.get("priority")
-    if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-        raise WireError("Pod.spec.priority: must be an integer")
-    for key in ("containers", "initContainers"):
-        _containers(spec.get(key), f"Pod.spec.{key}")
-    _object_or_null(spec.get("overhead"), "Pod.spec.overhead")
-    _object_or_null(pod.get("status"), "Pod.status")
-    for key in ("nodeName", "schedulerName"):
-        if spec.get(key) is not None and not isinstance(spec.get(key), str):
-            raise WireError(f"Pod.spec.{key}: must be a string")
-    if spec.get("schedulingGates") is not None and not isinstance(spec.get("schedulingGates"), list):
-        raise WireError("Pod.spec.schedulingGates: must be a list")
-    pod_resources = _object_or_null(spec.get("resources"), "Pod.spec.resources")
-    _object_or_null(pod_resources.get("requests"), "Pod.spec.resources.requests")
+    check_metadata(pod.get("metadata"))
+    check_spec(object_or_null(pod.get("spec"), "Pod.spec"))
+    strings(object_or_null(pod.get("status"), "Pod.status"), ("phase",), "Pod.status")
     try:
         record = pod_record(pod, gang_key_of_pod(pod))
-    except QuantityError as exc:
-        raise WireError(f"Pod.spec: {exc}") from None
+    except (QuantityError, ValueError, ArithmeticError) as exc:
+        # ArithmeticError: a quantity whose exponent overflows the decimal context or an int.
+        raise WireError(f"Pod.spec: invalid resource quantity: {exc}") from None
     return record, spec_from_annotations(pod)
 
 
-def _count(value: Any, where: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise WireError(f"{where}: must be an integer")
-    return value
+def _node_names(names: Any) -> list[str]:
+    if not isinstance(names, list):
+        raise WireError("NodeNames: must be a list of strings")
+    try:
+        "".join(names)  # a C-speed type check: raises TypeError on any non-string
+    except TypeError:
+        raise WireError("NodeNames: must be a list of strings") from None
+    return names
+
+
+def _node_list(nodes: Any) -> tuple[list[dict[str, Any]], list[str], list[bytes]]:
+    """Items, their names and each item encoded for the answer (refused here if it cannot be)."""
+    if not isinstance(nodes, dict):
+        raise WireError("Nodes: must be a NodeList object")
+    items = list_or_null(nodes.get("items"), "Nodes.items")
+    if not all(
+        isinstance(n, dict) and isinstance(n.get("metadata"), dict)
+        and isinstance(n["metadata"].get("name"), str)
+        for n in items
+    ):
+        raise WireError("Nodes.items: must be a list of Node objects with metadata.name")
+    try:
+        encoded = [orjson.dumps(n) for n in items]
+    except orjson.JSONEncodeError as exc:  # nested deeper than the encoder allows (255 levels)
+        raise WireError(f"Nodes.items: a Node cannot be returned: {exc}") from None
+    return items, [n["metadata"]["name"] for n in items], encoded
 
 
 def parse_extender_args(body: bytes) -> ExtenderArgs:
     doc = decode(body)
     pod, declared = _pod(doc)
     names = _get(doc, "NodeNames")
-    nodes = _get(doc, "Nodes")
     if names is not None:
-        if not isinstance(names, list):
-            raise WireError("NodeNames: must be a list of strings")
-        try:
-            "".join(names)  # a C-speed type check: raises TypeError on any non-string
-        except TypeError:
-            raise WireError("NodeNames: must be a list of strings") from None
-        return ExtenderArgs(pod, declared, names, None)
+        return ExtenderArgs(pod, declared, _node_names(names), None)
+    nodes = _get(doc, "Nodes")
     if nodes is not None:
-        if not isinstance(nodes, dict):
-            raise WireError("Nodes: must be a NodeList object")
-        items = nodes.get("items")
-        if items is None:
-            items = []
-        if not isinstance(items, list) or not all(
-            isinstance(n, dict)
-            and isinstance(n.get("metadata"), dict)
-            and isinstance(n["metadata"].get("name"), str)
-            for n in items
-        ):
-            raise WireError("Nodes.items: must be a list of Node objects with metadata.name")
-        return ExtenderArgs(pod, declared, None, items)
+        items, item_names, encoded = _node_list(nodes)
+        return ExtenderArgs(pod, declared, None, items, encoded, item_names)
     # Both null: the scheduler has no candidates for this pod; answer with none.
     return ExtenderArgs(pod, declared, [], None)
 
@@ -210,19 +180,17 @@ def parse_preemption_args(body: bytes) -> PreemptionArgs:
     return PreemptionArgs(pod, victims)
 
 
-def _meta_victim_uid(pod: dict[str, Any]) -> str:
-    return str(_get(pod, "UID") or "")
+def _meta_victim_uid(pod: dict[str, Any], where: str) -> str:
+    return string_or_null(_get(pod, "UID"), f"{where}.UID")
 
 
-def _full_victim_uid(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    if not isinstance(meta, dict):
-        raise WireError("victim Pod.metadata: must be an object")
-    return str(meta.get("uid", ""))
+def _full_victim_uid(pod: dict[str, Any], where: str) -> str:
+    meta = object_or_null(pod.get("metadata"), f"{where}.metadata")
+    return string_or_null(meta.get("uid"), f"{where}.metadata.uid")
 
 
 def _victims(
-    doc: dict[str, Any], key: str, uid_of: Callable[[dict[str, Any]], str]
+    doc: dict[str, Any], key: str, uid_of: Callable[[dict[str, Any], str], str]
 ) -> dict[str, dict[str, Any]]:
     """Victims per node, reduced to UIDs (the meta form the scheduler accepts back)."""
     raw = _get(doc, key)
@@ -232,19 +200,53 @@ def _victims(
         raise WireError(f"{key}: must be an object")
     victims: dict[str, dict[str, Any]] = {}
     for node, entry in raw.items():
+        where = f"{key}.{node}"
         if not isinstance(entry, dict):
-            raise WireError(f"{key}.{node}: must be an object")
-        pods = _get(entry, "Pods") or []
-        if not isinstance(pods, list) or not all(isinstance(p, dict) for p in pods):
-            raise WireError(f"{key}.{node}.Pods: must be a list of objects")
+            raise WireError(f"{where}: must be an object")
+        pods = list_or_null(_get(entry, "Pods"), f"{where}.Pods")
+        if not all(isinstance(p, dict) for p in pods):
+            raise WireError(f"{where}.Pods: must be a list of objects")
         victims[node] = {
-            "Pods": [{"UID": uid_of(p)} for p in pods],
-            "NumPDBViolations": _count(_get(entry, "NumPDBViolations"), f"{key}.{node}.NumPDBViolations"),
+            "Pods": [{"UID": uid_of(p, f"{where}.Pods[{i}]")} for i, p in enumerate(pods)],
+            "NumPDBViolations": integer_or_null(_get(entry, "NumPDBViolations"), f"{where}.NumPDBViolations"),
         }
     return victims
 
 
-# --- responses ------------------------------------------------------------------------------
+# --- answers --------------------------------------------------------------------------------
+# A name kube-scheduler did not send makes it fail the pod's whole scheduling attempt. The checks
+# below cost nothing in the common shapes (every candidate passes, every candidate is rejected,
+# a handful of names answered) and one set of the candidates otherwise.
+
+_SCAN_LIMIT = 4  # answers naming at most this many nodes are checked by scanning the candidates
+
+
+def _within(candidates: list[str], passing: list[str], failed: dict[str, str],
+            unresolvable: dict[str, str]) -> bool:
+    named = () if passing is candidates else passing
+    if not named and not failed and len(unresolvable) == len(candidates):
+        if list(unresolvable) == candidates:  # every candidate rejected, in order (a gang rejection)
+            return True
+    if len(named) + len(failed) + len(unresolvable) <= _SCAN_LIMIT:
+        return all(name in candidates for group in (named, failed, unresolvable) for name in group)
+    allowed = set(candidates)
+    return allowed.issuperset(named) and allowed.issuperset(failed) and allowed.issuperset(unresolvable)
+
+
+def _trimmed(candidates: list[str], passing: list[str], failed: dict[str, str],
+             unresolvable: dict[str, str]) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """The filter answer limited to the request's candidates, logging what had to be dropped."""
+    if _within(candidates, passing, failed, unresolvable):
+        return passing, failed, unresolvable
+    allowed = set(candidates)
+    foreign = sorted({n for group in (passing, failed, unresolvable) for n in group if n not in allowed})
+    log.warning("filter answer named nodes outside the request; dropped them",
+                extra={"nodes": [n[:100] for n in foreign[:5]], "count": len(foreign)})
+    return (
+        [n for n in passing if n in allowed],
+        {n: r for n, r in failed.items() if n in allowed},
+        {n: r for n, r in unresolvable.items() if n in allowed},
+    )
 
 
 def filter_result(
@@ -254,26 +256,28 @@ def filter_result(
     unresolvable: dict[str, str],
     error: str = "",
 ) -> bytes:
-    """ExtenderFilterResult in the same mode the request used."""
+    """ExtenderFilterResult in the same mode the request used, naming only requested nodes."""
+    passing, failed, unresolvable = _trimmed(args.candidate_names, passing, failed, unresolvable)
+    maps = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": error})
     if args.node_names is not None:
-        names: list[str] | None = passing
-        nodes: dict[str, Any] | None = None
-    else:
-        keep = set(passing)
-        names = None
-        nodes = {"metadata": {}, "items": [n for n in args.nodes or () if n["metadata"]["name"] in keep]}
-    return orjson.dumps(
-        {
-            "Nodes": nodes,
-            "NodeNames": names,
-            "FailedNodes": failed,
-            "FailedAndUnresolvableNodes": unresolvable,
-            "Error": error,
-        }
-    )
+        return b'{"Nodes":null,"NodeNames":' + orjson.dumps(passing) + b"," + maps[1:]
+    keep = set(passing)
+    items = [raw for raw, name in zip(args.encoded_nodes or (), args.candidate_names, strict=True)
+             if name in keep]
+    return b'{"Nodes":{"metadata":{},"items":[' + b",".join(items) + b']},"NodeNames":null,' + maps[1:]
 
 
-_SCORE_SUFFIX = [f',"Score":{score}}}'.encode() for score in range(11)]
+_SCORE_SUFFIX = [f',"Score":{score}}}'.encode() for score in range(MAX_SCORE + 1)]
+
+
+def _in_range(score: Any) -> int:
+    """A score as the protocol allows it: an int in 0..10 (kube-scheduler does not clamp)."""
+    if type(score) is int and 0 <= score <= MAX_SCORE:
+        return score
+    log.warning("prioritize score outside 0..%d; clamped", MAX_SCORE, extra={"score": repr(score)[:40]})
+    if isinstance(score, int | float) and math.isfinite(score):
+        return min(MAX_SCORE, max(0, round(score)))
+    return 0
 
 
 def host_priority_fragment(host: str, score: int) -> bytes:
@@ -282,17 +286,20 @@ def host_priority_fragment(host: str, score: int) -> bytes:
     Built by concatenation: small exact-size bytes (orjson.dumps buffers are KiBs each, which adds
     up to tens of MiB when one is cached per node).
     """
-    suffix = _SCORE_SUFFIX[score] if 0 <= score <= 10 else f',"Score":{score}}}'.encode()
-    return b'{"Host":' + orjson.dumps(host) + suffix
+    return b'{"Host":' + orjson.dumps(host) + _SCORE_SUFFIX[_in_range(score)]
 
 
 def host_priority_list(fragments: list[bytes]) -> bytes:
     return b"[" + b",".join(fragments) + b"]"
 
 
+_NO_FRAGMENTS: dict[str, bytes] = {}
+
+
 class ScoreEncoder:
     """Encodes a ``ScoreTable`` as a HostPriorityList, reusing per-node fragments.
 
+    One entry per candidate, in the request's order, so hosts are always the request's own.
     Fragments are cached only for nodes in the cluster cache (``is_node``), and the caches are
     dropped when they grow past ``limit()`` entries (node churn), so a client that sends unknown or
     ever-new names leaves nothing behind.
@@ -301,11 +308,13 @@ class ScoreEncoder:
     def __init__(self, is_node: Callable[[str], bool], limit: Callable[[], int]) -> None:
         self._is_node = is_node
         self._limit = limit
-        self._by_score: list[dict[str, bytes]] = [{} for _ in range(MAX_SCORE + 1)]
+        # Keyed by score: a score outside 0..10 finds no cache and goes through _fragment's check.
+        self._by_score: dict[int, dict[str, bytes]] = {score: {} for score in range(MAX_SCORE + 1)}
         self._epoch: Hashable | None = None
         self._by_epoch: dict[str, bytes] = {}
 
     def _fragment(self, name: str, score: int) -> bytes:
+        score = _in_range(score)
         cache = self._by_score[score]
         fragment = cache.get(name)
         if fragment is None:
@@ -322,7 +331,7 @@ class ScoreEncoder:
             out: list[bytes] = []
             for name in candidates:
                 score = known.get(name, 0)
-                fragment = by_score[score].get(name)
+                fragment = by_score.get(score, _NO_FRAGMENTS).get(name)
                 out.append(fragment if fragment is not None else self._fragment(name, score))
             return host_priority_list(out)
         if table.epoch != self._epoch or len(self._by_epoch) > self._limit():
@@ -342,12 +351,37 @@ class ScoreEncoder:
 
 
 def binding_result(error: str = "") -> bytes:
-    return orjson.dumps({"Error": error})
+    return orjson.dumps({"Error": error if isinstance(error, str) else str(error)})
 
 
-def preemption_result(victims: dict[str, dict[str, Any]]) -> bytes:
-    return orjson.dumps({"NodeNameToMetaVictims": victims})
+def _victims_within(offered: dict[str, Any] | None, entry: Any) -> dict[str, Any] | None:
+    """One node's answer limited to the victims the request named there; None if none remain."""
+    if offered is None or not isinstance(entry, dict):
+        return None
+    if entry is offered:
+        return entry if offered["Pods"] else None
+    sent = {p["UID"] for p in offered["Pods"]}
+    pods = [{"UID": p["UID"]} for p in entry.get("Pods") or ()
+            if isinstance(p, dict) and isinstance(p.get("UID"), str) and p["UID"] in sent]
+    return {"Pods": pods, "NumPDBViolations": offered["NumPDBViolations"]} if pods else None
+
+
+def preemption_result(args: PreemptionArgs, victims: dict[str, dict[str, Any]]) -> bytes:
+    """NodeNameToMetaVictims naming only nodes and victims from the request, none left empty
+    (kube-scheduler treats a node returned without victims as an error)."""
+    answer: dict[str, dict[str, Any]] = {}
+    for node, entry in victims.items():
+        kept = _victims_within(args.victims.get(node), entry)
+        if kept is not None:
+            answer[node] = kept
+    if len(answer) != len(victims) or any(answer[n] is not victims[n] for n in answer):
+        dropped = [n[:100] for n in victims if n not in answer][:5]
+        if dropped or any(answer[n] != victims[n] for n in answer):
+            log.warning("preempt answer outside the request; trimmed it", extra={"nodes": dropped})
+    return orjson.dumps({"NodeNameToMetaVictims": answer})
 
 
 def error_body(message: str) -> bytes:
+    if len(message) > _MAX_ERROR_CHARS:
+        message = message[:_MAX_ERROR_CHARS] + "..."
     return orjson.dumps({"error": message})

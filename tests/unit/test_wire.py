@@ -193,8 +193,9 @@ def test_preemption_args_without_victims() -> None:
 
 
 def test_preemption_result_shape() -> None:
+    args = wire.parse_preemption_args(raw("preempt_args_meta.json"))
     victims = {"kwok-b0-r0-n0": {"Pods": [{"UID": VICTIM_UID}], "NumPDBViolations": 0}}
-    assert json.loads(wire.preemption_result(victims)) == {"NodeNameToMetaVictims": victims}
+    assert json.loads(wire.preemption_result(args, victims)) == {"NodeNameToMetaVictims": victims}
 
 
 def test_error_body_shape() -> None:
@@ -240,6 +241,11 @@ MALFORMED_EXTENDER_ARGS = {
     # kube-scheduler never sends these, but a 400 (not a crash) is the contract for any client.
     "node metadata a string": _nodes([{"metadata": "kwok-b0-r0-n0"}]),
     "node metadata a list": _nodes([{"metadata": ["kwok-b0-r0-n0"]}]),
+    "pod phase an object": _with_pod({"metadata": {"name": "p"}, "status": {"phase": {}}}),
+    "pod creation timestamp a list": _with_pod({"metadata": {"name": "p", "creationTimestamp": [1]}}),
+    "pod scheduling gates an object": _with_pod({"metadata": {"name": "p"}, "spec": {"schedulingGates": {}}}),
+    "pod resources requests a list": _with_pod(
+        {"metadata": {"name": "p"}, "spec": {"resources": {"requests": ["cpu"]}}}),
 }
 
 
@@ -303,6 +309,9 @@ MALFORMED_PREEMPTION_ARGS = {
     "pdb violations a word": _preempt(meta={"n1": {"Pods": [{"UID": "u1"}], "NumPDBViolations": "two"}}),
     "pdb violations an object": _preempt(meta={"n1": {"Pods": [{"UID": "u1"}], "NumPDBViolations": {}}}),
     "full victim metadata a string": _preempt(full={"n1": {"Pods": [{"metadata": "victim"}]}}),
+    "meta victim uid a number": _preempt(meta={"n1": {"Pods": [{"UID": 7}]}}),
+    "full victim uid a list": _preempt(full={"n1": {"Pods": [{"metadata": {"uid": ["u1"]}}]}}),
+    "meta victim pods false": _preempt(meta={"n1": {"Pods": False}}),
 }
 
 
@@ -328,3 +337,136 @@ def test_gang_member_pod_from_builder_parses() -> None:
     member = make_pod("w-1", "uid-w-1", group="train-a")
     args = wire.parse_extender_args(body({"Pod": member, "Nodes": None, "NodeNames": ["n1"]}))
     assert args.pod.gang_key is not None and args.pod.gang_key.endswith("/train-a")
+
+
+# --------------------------------------------------------------------------- hardening regressions
+
+
+def _nested(depth: int) -> Any:
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+DEEP = "<deep>"
+
+
+def _deepened(payload: bytes, depth: int) -> bytes:
+    """The payload with the string ``DEEP`` replaced by lists nested ``depth`` levels (as JSON text:
+    the json module itself cannot encode that deep)."""
+    return payload.replace(json.dumps(DEEP).encode(), b"[" * depth + b"]" * depth)
+
+
+def test_node_nested_too_deep_to_return_is_a_wire_error() -> None:
+    # orjson decodes 1,024 levels but encodes only 255: such a Node used to fail while encoding
+    # the answer (a TypeError, HTTP 500) after the core had already acted on the request.
+    node = make_node("n1", "b0", "b0-r0")
+    node["status"]["deep"] = _nested(300)
+    with pytest.raises(WireError, match=r"Nodes\.items"):
+        wire.parse_extender_args(_nodes([node]))
+
+
+def test_deeply_nested_creation_timestamp_of_a_gang_pod_is_a_wire_error() -> None:
+    # Read with str() for annotation gangs: a 1,000-deep list raised RecursionError (HTTP 500).
+    member = make_pod("w-0", "uid-w0", gang_annotation="train-b", min_count=2)
+    member["metadata"]["creationTimestamp"] = DEEP
+    payload = _deepened(body({"Pod": member, "Nodes": None, "NodeNames": ["n1"]}), 1000)
+    with pytest.raises(WireError, match="creationTimestamp"):
+        wire.parse_extender_args(payload)
+
+
+def test_deeply_nested_victim_uid_is_a_wire_error() -> None:
+    # Victim UIDs were read with str(): RecursionError on a deeply nested value.
+    with pytest.raises(WireError, match="UID"):
+        wire.parse_preemption_args(_deepened(_preempt(meta={"n1": {"Pods": [{"UID": DEEP}]}}), 1018))
+    with pytest.raises(WireError, match="uid"):
+        wire.parse_preemption_args(
+            _deepened(_preempt(full={"n1": {"Pods": [{"metadata": {"uid": DEEP}}]}}), 1016))
+
+
+@pytest.mark.parametrize("error", [OverflowError("int too large"), ArithmeticError("overflow")])
+def test_arithmetic_errors_while_reading_pod_requests_are_wire_errors(
+    monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    # Quantities are bounded where they are parsed; the edge still turns any arithmetic failure on
+    # request data into a 400 instead of a 500.
+    def fail(*_: Any) -> Any:
+        raise error
+
+    monkeypatch.setattr(wire, "pod_record", fail)
+    with pytest.raises(WireError, match="quantity"):
+        wire.parse_extender_args(body({"Pod": pod(), "Nodes": None, "NodeNames": ["n1"]}))
+
+
+def test_error_body_is_bounded() -> None:
+    doc = json.loads(wire.error_body("x" * 100_000))
+    assert len(doc["error"]) < 1000
+
+
+def test_filter_result_drops_names_the_request_did_not_send(caplog: pytest.LogCaptureFixture) -> None:
+    args = wire.parse_extender_args(body({"Pod": pod(), "Nodes": None, "NodeNames": ["a", "b", "c"]}))
+    doc = json.loads(wire.filter_result(
+        args, ["a", "x"], {"b": "full", "y": "full"}, {"c": "reserved", "z": "reserved"}))
+    assert doc["NodeNames"] == ["a"]
+    assert doc["FailedNodes"] == {"b": "full"}
+    assert doc["FailedAndUnresolvableNodes"] == {"c": "reserved"}
+    assert any("outside the request" in r.getMessage() for r in caplog.records)
+
+
+def test_filter_result_in_node_list_mode_drops_failed_names_not_sent() -> None:
+    args = wire.parse_extender_args(raw("filter_args_nodes.json"))
+    doc = json.loads(wire.filter_result(args, [], {"kwok-b9-r9-n9": "x"}, {"kwok-b0-r0-n0": "y", "n7": "z"}))
+    assert doc["FailedNodes"] == {}
+    assert doc["FailedAndUnresolvableNodes"] == {"kwok-b0-r0-n0": "y"}
+
+
+def test_filter_result_keeps_answers_within_the_request_untouched(caplog: pytest.LogCaptureFixture) -> None:
+    names = [f"n{i}" for i in range(50)]
+    args = wire.parse_extender_args(body({"Pod": pod(), "Nodes": None, "NodeNames": names}))
+    for passing, unresolvable in ((names, {}), ([], dict.fromkeys(names, "gang")),
+                                  (names[:40], dict.fromkeys(names[40:], "reserved")), (["n3"], {})):
+        doc = json.loads(wire.filter_result(args, passing, {}, unresolvable))
+        assert doc["NodeNames"] == passing
+        assert doc["FailedAndUnresolvableNodes"] == unresolvable
+    assert not caplog.records
+
+
+class _Table:
+    """A ScoreTable stand-in that answers whatever scores it is given (in or out of range)."""
+
+    def __init__(self, scores: dict[str, Any], epoch: Any = None) -> None:
+        self.known = scores
+        self.epoch = epoch
+        self.score_of = scores.get
+
+
+@pytest.mark.parametrize("epoch", [None, "e1"])
+def test_scores_outside_0_to_10_are_clamped_to_ints(epoch: Any) -> None:
+    # A score of 11 used to raise IndexError (HTTP 500); -1 picked the cache of score 10.
+    encoder = wire.ScoreEncoder(lambda name: True, lambda: 100)
+    scores = {"a": 11, "b": -1, "c": 5.6, "d": float("nan"), "e": 7, "f": 10**30}
+    table: Any = _Table(scores, epoch)
+    doc = json.loads(encoder.encode(list(scores), table))
+    assert [e["Host"] for e in doc] == list(scores)
+    assert {e["Host"]: e["Score"] for e in doc} == {"a": 10, "b": 0, "c": 6, "d": 0, "e": 7, "f": 10}
+    assert all(type(e["Score"]) is int for e in doc)
+
+
+def test_host_priority_fragment_clamps_its_score() -> None:
+    assert json.loads(wire.host_priority_fragment("n1", 12)) == {"Host": "n1", "Score": 10}
+
+
+def test_preemption_result_names_only_requested_nodes_and_victims(caplog: pytest.LogCaptureFixture) -> None:
+    args = wire.parse_preemption_args(_preempt(meta={
+        "n1": {"Pods": [{"UID": "u1"}, {"UID": "u2"}], "NumPDBViolations": 1},
+        "n2": {"Pods": [{"UID": "u3"}], "NumPDBViolations": 0},
+    }))
+    answer = {
+        "n1": {"Pods": [{"UID": "u1"}, {"UID": "u9"}], "NumPDBViolations": 1},  # u9 was not offered
+        "n2": {"Pods": [], "NumPDBViolations": 0},  # a node without victims is an error upstream
+        "n3": {"Pods": [{"UID": "u3"}], "NumPDBViolations": 0},  # a node that was not offered
+    }
+    doc = json.loads(wire.preemption_result(args, answer))
+    assert doc == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "u1"}], "NumPDBViolations": 1}}}
+    assert any("preempt answer" in r.getMessage() for r in caplog.records)
