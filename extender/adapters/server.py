@@ -1,12 +1,22 @@
 """aiohttp application: routes, error middleware and request metrics.
 
-Handlers are thin: decode the wire format, ask the coordinator, encode the answer. Every failure
-to decode becomes HTTP 400 with a JSON ``{"error": ...}`` body; nothing a client sends can crash
-the server or produce a 500.
+Handlers are thin: read the body, decode the wire format, ask the coordinator, encode the answer.
+Nothing a client sends can crash the server or produce a 500:
+
+- a body that does not decode is HTTP 400 with a JSON ``{"error": ...}`` body;
+- a declared ``Content-Length`` over the limit is refused at once, before reading anything;
+- a body that has not fully arrived within ``body_timeout`` seconds is cut off (HTTP 408), so a
+  client cannot hold a request open by declaring more bytes than it sends;
+- a client that disconnects mid-request is logged at debug level and counted as
+  ``outcome="disconnected"``, not as an error.
+
+Refused and timed-out requests close the connection: their unread body must not be taken for the
+next request on a keep-alive connection.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,18 +34,37 @@ log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# Long enough for a 32 MiB body over a slow link; short enough that a stalled client is let go.
+DEFAULT_BODY_TIMEOUT_SECONDS = 10.0
+
 COORDINATOR = web.AppKey("coordinator", Coordinator)
 CACHE = web.AppKey("cache", ClusterCache)
 METRICS = web.AppKey("metrics", Metrics)
 SCORES = web.AppKey("scores", wire.ScoreEncoder)
+BODY_LIMIT = web.AppKey("body_limit", int)
+BODY_TIMEOUT = web.AppKey("body_timeout", float)
 ReadyCheck = Callable[[], bool]
 READY: web.AppKey[ReadyCheck] = web.AppKey("ready")
 
 _VERBS = {"/filter": "filter", "/prioritize": "prioritize", "/bind": "bind", "/preempt": "preempt"}
 
 
+class BodyRefused(wire.WireError):
+    """The body was not read (too large, or too slow); the connection is closed after the answer."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 def _json(body: bytes, status: int = 200) -> web.Response:
     return web.Response(body=body, status=status, content_type="application/json")
+
+
+def _refusal(message: str, status: int) -> web.Response:
+    response = _json(wire.error_body(message), status=status)
+    response.force_close()
+    return response
 
 
 @web.middleware
@@ -47,15 +76,27 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
         response = await handler(request)
         outcome = response.headers.get("X-Quorum-Outcome", "ok") if verb else "ok"
         return response
+    except BodyRefused as exc:
+        outcome = "bad_request"
+        return _refusal(str(exc), exc.status)
     except wire.WireError as exc:
         outcome = "bad_request"
         return _json(wire.error_body(str(exc)), status=400)
-    except web.HTTPRequestEntityTooLarge as exc:
+    except web.HTTPRequestEntityTooLarge as exc:  # a body without Content-Length that grew too large
         outcome = "bad_request"
-        return _json(wire.error_body(f"request body too large: {exc.text}"), status=400)
+        return _refusal(f"request body too large: {exc.text}", 400)
     except web.HTTPException as exc:
         outcome = "bad_request"
         return _json(wire.error_body(exc.reason), status=exc.status)
+    except ConnectionError:
+        # The client went away (kube-scheduler's httpTimeout, a restart): nothing to answer.
+        outcome = "disconnected"
+        log.debug("client disconnected", extra={"path": request.path})
+        return _refusal("client disconnected", 400)
+    except asyncio.CancelledError:  # handler_cancellation on, or shutdown with the request in flight
+        outcome = "disconnected"
+        log.debug("client disconnected; request cancelled", extra={"path": request.path})
+        raise
     except Exception:
         log.exception("unexpected error", extra={"path": request.path})
         return _json(wire.error_body("internal error; see the extender's log"), status=500)
@@ -65,7 +106,17 @@ async def errors_and_metrics(request: web.Request, handler: Handler) -> web.Stre
 
 
 async def _body(request: web.Request) -> bytes:
-    return await request.read()
+    """The whole body, refused unread when declared over the limit, cut off when too slow."""
+    limit = request.app[BODY_LIMIT]
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise BodyRefused(f"request body too large: {declared} bytes declared, limit {limit}")
+    timeout = request.app[BODY_TIMEOUT]
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()
+    except TimeoutError:
+        raise BodyRefused(f"request body not received within {timeout:g}s", status=408) from None
 
 
 async def handle_filter(request: web.Request) -> web.Response:
@@ -132,8 +183,11 @@ def build_app(
     metrics: Metrics,
     ready: Callable[[], bool],
     max_request_bytes: int,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_metrics], client_max_size=max_request_bytes)
+    app[BODY_LIMIT] = max_request_bytes
+    app[BODY_TIMEOUT] = body_timeout
     app[COORDINATOR] = coordinator
     app[CACHE] = cache
     app[METRICS] = metrics
