@@ -490,13 +490,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def on_sigterm(signum: int, frame: object) -> None:
+    print("terminated (SIGTERM); removing the worktrees", file=sys.stderr, flush=True)
+    sys.exit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     repo = Path(git(Path(__file__).resolve().parent, "rev-parse", "--show-toplevel"))
     revisions = [Revision("before", args.before), Revision("after", args.after)]
     orders = plan(args.rounds, args.shuffle, args.seed)
     # SIGTERM unwinds like Ctrl-C, so the worktrees and the running benchmark are cleaned up.
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    signal.signal(signal.SIGTERM, on_sigterm)
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
     try:
