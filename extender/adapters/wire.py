@@ -255,9 +255,15 @@ def filter_result(
     failed: dict[str, str],
     unresolvable: dict[str, str],
     error: str = "",
+    exact: bool = False,
 ) -> bytes:
-    """ExtenderFilterResult in the same mode the request used, naming only requested nodes."""
-    passing, failed, unresolvable = _trimmed(args.candidate_names, passing, failed, unresolvable)
+    """ExtenderFilterResult in the same mode the request used, naming only requested nodes.
+
+    ``exact``: the answer was derived from the candidates themselves (the core's compact forms),
+    so it cannot name another node and is not checked again name by name.
+    """
+    if not exact:
+        passing, failed, unresolvable = _trimmed(args.candidate_names, passing, failed, unresolvable)
     maps = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": error})
     if args.node_names is not None:
         return b'{"Nodes":null,"NodeNames":' + orjson.dumps(passing) + b"," + maps[1:]

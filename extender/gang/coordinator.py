@@ -132,6 +132,10 @@ class Coordinator:
             self._note_declaration(key, decision)
             return decision
         assert spec is not None  # the declaration gate answered otherwise
+        reservation = self.core.ledger.reserved_node(pod.uid)
+        if reservation is not None and reservation.gang == key and reservation.node in candidates:
+            # The common case of a reserved member: its node, with no state to change or sync.
+            return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
         if spec is self.cache.gang_spec(key):
@@ -145,10 +149,10 @@ class Coordinator:
 
     def _note_declaration(self, key: str, decision: FilterDecision) -> None:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""
-        if decision.passing or key not in self.cache.gang_members:
+        if not decision.reason or key not in self.cache.gang_members:
             return
         state = self.core.state(key)
-        reason = next(iter(decision.unresolvable.values()), "")
+        reason = decision.reason
         self.core.sync(state, reason)
 
     def _run_gates(self, g: GateInput) -> FilterDecision:
@@ -175,7 +179,7 @@ class Coordinator:
         if reservation is None or reservation.gang != g.state.key:
             return None
         if reservation.node in g.candidates:
-            return FilterDecision([reservation.node])
+            return FilterDecision(g.candidates, [reservation.node])
         return self._replan(g, reservation.node)
 
     def place(self, g: GateInput) -> FilterDecision:
@@ -196,7 +200,7 @@ class Coordinator:
             self.retry.note_rejection(state)
             return reject_all(g.candidates, state.reason)
         self._reserve(state, result, pending, spec.min_count - len(bound_nodes), first_uid=g.pod.uid)
-        return FilterDecision([result.assignment[g.pod.uid]])
+        return FilterDecision(g.candidates, [result.assignment[g.pod.uid]])
 
     def _reserve(self, state: GangState, placement: Any, pending: dict[str, PodRecord], needed: int,
                  first_uid: str | None) -> None:

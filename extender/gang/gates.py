@@ -19,7 +19,7 @@ Pods outside gangs pass through ``protect_reservations`` only. Gang rejections a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
@@ -27,15 +27,81 @@ from .core import Core, alive_count
 from .state import GangState
 
 
-@dataclass(slots=True)
 class FilterDecision:
-    passing: list[str]
-    failed: dict[str, str] = field(default_factory=dict)
-    unresolvable: dict[str, str] = field(default_factory=dict)
+    """A filter answer, resolved against the request's candidates only when it is read.
+
+    Three forms: an explicit list of passing nodes (``FilterDecision(candidates, passing=[...])``);
+    every candidate except the rejected ones (``except_rejected``); every candidate rejected for one
+    reason (``everywhere``). The last two name only nodes from the request *by construction*
+    (``exact``), so the wire layer need not check them node by node, and a request that repeats or
+    omits names cannot make the answer name a node it did not offer.
+    """
+
+    __slots__ = ("_everywhere", "_failed", "_passing", "_rejected", "_unresolvable", "candidates", "exact")
+
+    def __init__(self, candidates: list[str], passing: list[str] | None = None) -> None:
+        self.candidates = candidates
+        self._passing = passing
+        self._failed: dict[str, str] = {}
+        self._unresolvable: dict[str, str] | None = {} if passing is not None else None
+        self._rejected: dict[str, str] = {}
+        self._everywhere = ""
+        self.exact = passing is candidates
+
+    @classmethod
+    def except_rejected(cls, candidates: list[str], rejected: dict[str, str]) -> FilterDecision:
+        """Every candidate passes except those in ``rejected`` (unresolvable, with their reason)."""
+        decision = cls(candidates)
+        decision._rejected = rejected
+        decision.exact = True
+        return decision
+
+    @classmethod
+    def everywhere(cls, candidates: list[str], reason: str) -> FilterDecision:
+        """Every candidate is rejected (unresolvable) for ``reason``."""
+        decision = cls(candidates, [])
+        decision._everywhere = reason
+        decision._unresolvable = None
+        decision.exact = True
+        return decision
+
+    @property
+    def reason(self) -> str:
+        """The one reason of an ``everywhere`` rejection ("" otherwise)."""
+        return self._everywhere
+
+    def _resolve(self) -> None:
+        if self._everywhere:
+            self._unresolvable = dict.fromkeys(self.candidates, self._everywhere)
+            return
+        rejected = self._rejected
+        present: dict[str, bool] = {}
+        mark = present.setdefault  # records a rejected name the request offered (returns falsy)
+        self._passing = [n for n in self.candidates if n not in rejected or mark(n, False)]
+        self._unresolvable = {n: rejected[n] for n in present}
+
+    @property
+    def passing(self) -> list[str]:
+        if self._passing is None:
+            self._resolve()
+        assert self._passing is not None
+        return self._passing
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return self._failed
+
+    @property
+    def unresolvable(self) -> dict[str, str]:
+        if self._unresolvable is None:
+            self._resolve()
+        assert self._unresolvable is not None
+        return self._unresolvable
 
 
 def reject_all(candidates: list[str], reason: str) -> FilterDecision:
-    return FilterDecision([], {}, dict.fromkeys(candidates, reason))
+    """Gang rejections are unresolvable: evicting single pods cannot make a gang fit."""
+    return FilterDecision.everywhere(candidates, reason)
 
 
 @dataclass(slots=True)
@@ -52,19 +118,17 @@ def protect_reservations(core: Core, pod: PodRecord, candidates: list[str],
                          own_gang: str | None) -> FilterDecision:
     """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
     if not core.ledger.any_reserved:
-        return FilterDecision(candidates)
-    # Decide the (few) reserved nodes first, then drop them from the candidates in one pass.
-    unresolvable: dict[str, str] = {}
+        return FilterDecision(candidates, candidates)
+    # Decide the (few) reserved nodes; they are dropped from the candidates when the answer is read.
+    rejected: dict[str, str] = {}
     for name, view in core.ledger.protected().items():
         if own_gang is not None and view.holders == (own_gang,):
             continue
         if not fits(view.free, view.pods_free, pod.requests):
-            unresolvable[name] = view.reason
-    if not unresolvable:
-        return FilterDecision(candidates)
-    wanted = set(candidates)
-    passing = [name for name in candidates if name not in unresolvable]
-    return FilterDecision(passing, {}, {n: r for n, r in unresolvable.items() if n in wanted})
+            rejected[name] = view.reason
+    if not rejected:
+        return FilterDecision(candidates, candidates)
+    return FilterDecision.except_rejected(candidates, rejected)
 
 
 def declaration_gate(core: Core, key: str, spec: GangSpec | None, pod: PodRecord,
