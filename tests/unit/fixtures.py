@@ -1,4 +1,4 @@
-"""Shared builders for the wire/server/cache/informer tests.
+"""The one shared set of builders and fakes for the unit tests.
 
 Objects are derived from the recorded-style JSON documents in ``data/`` (shaped the way
 kube-scheduler and the apiserver send them) so every test starts from a realistic payload and only
@@ -10,13 +10,19 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-from extender.cluster.records import PodRecord
-from extender.gang.coordinator import BindFailed
+from extender.cluster.cache import ClusterCache
+from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from extender.cluster.records import GangSpec, PodRecord, pod_record
+from extender.config import Config, GangTimings
+from extender.gang.coordinator import BindFailed, Coordinator, FilterDecision
+from extender.metrics import Metrics
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -153,18 +159,118 @@ def node_names(nodes: Iterable[dict[str, Any]]) -> list[str]:
 
 
 class FakeActions:
-    """Stands in for the Kubernetes client: records binds and requeue nudges."""
+    """Stands in for the Kubernetes client: records binds and requeue nudges.
+
+    ``refuse`` makes the apiserver refuse a pod's binding (BindFailed with that message); ``crash``
+    makes the call fail with an unexpected error. Binds do not reach the cache: tests deliver them
+    like a watch would, when they choose to.
+    """
 
     def __init__(self) -> None:
-        self.binds: list[tuple[str, str, str, str]] = []
-        self.requeues: list[tuple[list[str], str]] = []
+        self.binds: list[tuple[str, str, str, str]] = []  # (namespace, name, uid, node)
+        self.requeues: list[tuple[list[str], str]] = []  # (pod names, reason)
         self.refuse: dict[str, str] = {}  # pod name -> error message
+        self.crash: set[str] = set()
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
         if name in self.refuse:
             raise BindFailed(self.refuse[name])
+        if name in self.crash:
+            raise ConnectionResetError("connection reset by peer")
         self.binds.append((namespace, name, uid, node))
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
         self.requeues.append(([p.name for p in pods], reason))
+
+    @property
+    def bound(self) -> list[tuple[str, str]]:
+        """(pod name, node) of every successful bind, in order."""
+        return [(name, node) for _, name, _, node in self.binds]
+
+    @property
+    def requeued(self) -> list[str]:
+        """Every pod name nudged, in order."""
+        return [name for names, _ in self.requeues for name in names]
+
+
+# --------------------------------------------------------------------------- the gang core's world
+
+
+def gang_pod(name: str, gang: str | None = None, min_count: int | None = None, *, gpus: int = 1,
+             cpu: str = "4", required: str | None = None, preferred: str | None = None,
+             node_name: str = "", podgroup: str | None = None, namespace: str = "ml") -> dict[str, Any]:
+    """A pod with uid ``uid-<name>``; a gang member by annotations (``gang``) or by ``podgroup``."""
+    annotations: dict[str, str] = {}
+    if gang and required:
+        annotations["quorum.dev/required-topology"] = required
+    if gang and preferred:
+        annotations["quorum.dev/preferred-topology"] = preferred
+    return make_pod(name, f"uid-{name}", namespace=namespace, group=podgroup, gang_annotation=gang,
+                    min_count=min_count if gang else None, node=node_name or None,
+                    phase="Running" if node_name else "Pending", cpu=cpu, memory="1Gi", gpus=gpus,
+                    annotations=annotations)
+
+
+def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
+    """The pod as the wire layer hands it to the core."""
+    return pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+
+
+class World:
+    """A cache of 2 blocks x racks x nodes (8 GPUs each) with a strict coordinator on top."""
+
+    def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        config = Config()
+        if timings is not None:
+            config = replace(config, gang=timings)
+        self.cache = ClusterCache(tuple(level.node_label for level in config.levels))
+        self.actions = FakeActions()
+        self.metrics = Metrics()
+        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=clock,
+                                       strict=True)
+        self.metrics.track_state(self.coordinator.phase_counts, self.cache.counts,
+                                 self.coordinator.reserved_count)
+        self.names: list[str] = []
+        for b in range(2):
+            for r in range(racks):
+                for n in range(nodes_per_rack):
+                    name = f"b{b}-r{r}-n{n}"
+                    self.cache.upsert_node(make_node(name, f"b{b}", f"b{b}-r{r}"))
+                    self.names.append(name)
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        self.pods[obj["metadata"]["name"]] = obj
+        self.cache.upsert_pod(obj)
+        return obj
+
+    def bind_in_cache(self, name: str, node_name: str) -> None:
+        """Deliver a binding as the pod watch would."""
+        self.pods[name] = bound(self.pods[name], node_name)
+        self.cache.upsert_pod(self.pods[name])
+
+    def filter(self, name: str, candidates: list[str] | None = None) -> FilterDecision:
+        return self.coordinator.filter(*typed(self.pods[name]),
+                                       candidates if candidates is not None else self.names)
+
+    async def bind(self, name: str, node_name: str) -> str:
+        obj = self.pods[name]
+        return await self.coordinator.bind(obj["metadata"]["namespace"], name, obj["metadata"]["uid"],
+                                           node_name)
+
+    def sample(self, metric: str, **labels: str) -> float:
+        value = self.metrics.registry.get_sample_value(metric, labels)
+        return 0.0 if value is None else value
+
+    def rack_of(self, node_name: str) -> str:
+        return self.cache.nodes[node_name].domains[1]
+
+
+def gang_of(world: World, count: int, min_count: int, prefix: str = "w", **kw: Any) -> list[str]:
+    """``count`` annotation members ``<prefix>0..`` of gang ``<prefix>`` added to the world."""
+    names = [f"{prefix}{i}" for i in range(count)]
+    for name in names:
+        world.add(gang_pod(name, gang=prefix, min_count=min_count, **kw))
+    return names

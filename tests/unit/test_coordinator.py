@@ -4,169 +4,23 @@ bind hold, timeout and backoff, release, extras, scoring and preemption."""
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from extender.adapters.wire import ScoreEncoder
-from extender.cluster.cache import ClusterCache
-from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
-from extender.cluster.records import GangSpec, PodRecord, pod_record
-from extender.config import Config, GangTimings
-from extender.gang.coordinator import (
-    RECHECK_DELAY_SECONDS,
-    STALE_ANSWER_WINDOW_SECONDS,
-    BindFailed,
-    Coordinator,
-)
-from extender.metrics import Metrics
+from extender.config import GangTimings
+from extender.gang.coordinator import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS
 
-BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
+from .fixtures import RACK, World, gang_of, gang_pod, make_node, make_podgroup, typed
 
 
-class FakeActions:
-    """Records side effects instead of calling the apiserver; binds land in the cache like a watch."""
-
-    def __init__(self, cache: ClusterCache) -> None:
-        self.cache = cache
-        self.binds: list[tuple[str, str]] = []
-        self.requeued: list[str] = []
-        self.fail: set[str] = set()
-        self.crash: set[str] = set()
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await asyncio.sleep(0)
-        if name in self.fail:
-            raise BindFailed(f"binding {namespace}/{name} refused")
-        if name in self.crash:
-            raise ConnectionResetError("connection reset by peer")
-        self.binds.append((name, node))
-
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
-        self.requeued.extend(p.name for p in pods)
-
-
-def node(name: str, block: str, rack: str, gpus: int = 8, cpu: str = "64") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name}},
-        "status": {
-            "allocatable": {"cpu": cpu, "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
-        },
-    }
-
-
-def pod(
-    name: str,
-    gang: str | None = None,
-    min_count: int | None = None,
-    gpus: int = 1,
-    cpu: str = "4",
-    required: str | None = None,
-    preferred: str | None = None,
-    node_name: str = "",
-    podgroup: str | None = None,
-    namespace: str = "ml",
-) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
-    if gang:
-        annotations["quorum.dev/gang"] = gang
-        if min_count is not None:
-            annotations["quorum.dev/min-count"] = str(min_count)
-        if required:
-            annotations["quorum.dev/required-topology"] = required
-        if preferred:
-            annotations["quorum.dev/preferred-topology"] = preferred
-    spec: dict[str, Any] = {
-        "schedulerName": "quorum",
-        "containers": [
-            {"name": "main", "resources": {"requests": {"cpu": cpu, "nvidia.com/gpu": str(gpus)}}}
-        ],
-    }
-    if node_name:
-        spec["nodeName"] = node_name
-    if podgroup:
-        spec["schedulingGroup"] = {"podGroupName": podgroup}
-    return {
-        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}", "annotations": annotations},
-        "spec": spec,
-        "status": {"phase": "Running" if node_name else "Pending"},
-    }
+def pod(name: str, gang: str | None = None, min_count: int | None = None, **kw: Any) -> dict[str, Any]:
+    return gang_pod(name, gang, min_count, **kw)
 
 
 def podgroup(name: str, min_count: int | None, topology_key: str | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "schedulingPolicy": {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
-    }
-    if topology_key:
-        spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
-    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
-
-
-def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
-    """The pod as the wire layer hands it to the core."""
-    return pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
-
-
-class World:
-    """A cache of 2 blocks x 2 racks x 2 nodes (8 GPUs each) with a coordinator on top."""
-
-    def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        config = Config()
-        if timings is not None:
-            config = replace(config, gang=timings)
-        self.cache = ClusterCache(tuple(level.node_label for level in config.levels))
-        self.actions = FakeActions(self.cache)
-        self.metrics = Metrics()
-        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=clock,
-                                       strict=True)
-        self.metrics.track_state(self.coordinator.phase_counts, self.cache.counts,
-                                 self.coordinator.reserved_count)
-        self.names: list[str] = []
-        for b in range(2):
-            for r in range(racks):
-                for n in range(nodes_per_rack):
-                    name = f"b{b}-r{r}-n{n}"
-                    self.cache.upsert_node(node(name, f"b{b}", f"b{b}-r{r}"))
-                    self.names.append(name)
-        self.pods: dict[str, dict[str, Any]] = {}
-
-    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
-        self.pods[obj["metadata"]["name"]] = obj
-        self.cache.upsert_pod(obj)
-        return obj
-
-    def bind_in_cache(self, name: str, node_name: str) -> None:
-        obj = self.pods[name]
-        obj["spec"]["nodeName"] = node_name
-        obj["status"]["phase"] = "Running"
-        self.cache.upsert_pod(obj)
-
-    def filter(self, name: str, candidates: list[str] | None = None) -> Any:
-        return self.coordinator.filter(*typed(self.pods[name]),
-                                       candidates if candidates is not None else self.names)
-
-    async def bind(self, name: str, node_name: str) -> str:
-        obj = self.pods[name]
-        return await self.coordinator.bind("ml", name, obj["metadata"]["uid"], node_name)
-
-    def sample(self, metric: str, **labels: str) -> float:
-        value = self.metrics.registry.get_sample_value(metric, labels)
-        return 0.0 if value is None else value
-
-    def rack_of(self, node_name: str) -> str:
-        return self.cache.nodes[node_name].domains[1]
-
-
-def gang_of(world: World, count: int, min_count: int, prefix: str = "w", **kw: Any) -> list[str]:
-    names = [f"{prefix}{i}" for i in range(count)]
-    for name in names:
-        world.add(pod(name, gang=prefix, min_count=min_count, **kw))
-    return names
+    return make_podgroup(name, min_count, topology_key=topology_key)
 
 
 # ---------------------------------------------------------------------------------- quorum gate
@@ -357,7 +211,7 @@ async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes(
         world.pods[name]["status"]["conditions"] = [{"type": "PodScheduled", "status": "False"}]
         world.cache.upsert_pod(world.pods[name])
     assert world.sample("quorum_placements_total", result="nofit") == 1
-    world.cache.upsert_node(node("b9-r9-n9", "b9", "b9-r9", gpus=64))
+    world.cache.upsert_node(make_node("b9-r9-n9", "b9", "b9-r9", gpus=64))
     world.names.append("b9-r9-n9")
     decision = world.filter("w4")
     assert len(decision.passing) == 1
@@ -441,12 +295,12 @@ async def test_binds_are_held_until_quorum_then_all_bound_together() -> None:
     second = asyncio.create_task(world.bind("w1", nodes["w1"]))
     await asyncio.sleep(0.01)
     assert not first.done() and not second.done()
-    assert world.actions.binds == []
+    assert world.actions.bound == []
     assert world.coordinator.phase_of("ml/w") == "Binding"
     third = await world.bind("w2", nodes["w2"])
     answers = [await first, await second, third]
     assert answers == ["", "", ""]
-    assert sorted(world.actions.binds) == sorted(nodes.items())
+    assert sorted(world.actions.bound) == sorted(nodes.items())
     assert world.sample("quorum_binds_total", outcome="success") == 3
     assert world.sample("quorum_gang_wait_seconds_count") == 1
     assert world.coordinator.reserved_count()[""] == 0
@@ -470,7 +324,7 @@ async def test_bind_is_idempotent_for_a_pod_already_bound_to_that_node() -> None
     world = World()
     world.add(pod("p", node_name="b0-r0-n0"))
     assert await world.bind("p", "b0-r0-n0") == ""
-    assert world.actions.binds == []
+    assert world.actions.bound == []
     assert "already bound to b0-r0-n0" in await world.bind("p", "b0-r0-n1")
 
 
@@ -478,7 +332,7 @@ async def test_plain_pod_binds_immediately() -> None:
     world = World()
     world.add(pod("p"))
     assert await world.bind("p", "b0-r0-n0") == ""
-    assert world.actions.binds == [("p", "b0-r0-n0")]
+    assert world.actions.bound == [("p", "b0-r0-n0")]
     # Until the watch shows the binding, the pod's requests count as used and /debug shows it.
     assert world.coordinator.inflight_snapshot() == {"ml/p": "b0-r0-n0"}
     world.bind_in_cache("p", "b0-r0-n0")
@@ -488,7 +342,7 @@ async def test_plain_pod_binds_immediately() -> None:
 async def test_failed_bind_is_reported_to_the_scheduler() -> None:
     world = World()
     world.add(pod("p"))
-    world.actions.fail.add("p")
+    world.actions.refuse["p"] = "binding ml/p refused"
     assert "refused" in await world.bind("p", "b0-r0-n0")
     assert world.sample("quorum_binds_total", outcome="error") == 1
     assert world.coordinator.inflight_snapshot() == {}
@@ -524,7 +378,7 @@ async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() 
     assert "quorum not reached within 0.05s (1/3 members reached bind)" in answer
     assert world.coordinator.reservation_of("ml/w") == {} and world.coordinator.held_binds("ml/w") == []
     assert world.coordinator.reserved_nodes() == []
-    assert world.actions.binds == []
+    assert world.actions.bound == []
     assert world.sample("quorum_reservation_timeouts_total") == 1
     assert world.sample("quorum_gang_backoffs_total") == 1
     # While backing off, members are rejected with the reason and no placement is attempted.

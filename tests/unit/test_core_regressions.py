@@ -12,7 +12,9 @@ import pytest
 from extender.cluster.cache import CACHES_SYNCED, CacheEvent
 from extender.gang.ledger import CapacityLedger, DoubleReservation
 
-from .test_coordinator import World, gang_of, pod, podgroup, typed
+from .fixtures import World, gang_of, typed
+from .fixtures import gang_pod as pod
+from .test_coordinator import podgroup
 
 
 async def test_a_pod_is_never_reserved_by_two_gangs_when_the_request_names_another_gang() -> None:
@@ -49,7 +51,7 @@ async def test_a_member_whose_reservation_was_released_before_its_bind_is_not_bo
     assert world.coordinator.reservation_of("ml/w") == {}
     answer = await world.bind("w0", node0)
     assert "holds no reservation" in answer
-    assert world.actions.binds == []
+    assert world.actions.bound == []
     assert world.sample("quorum_binds_total", outcome="refused") == 1
 
 
@@ -65,7 +67,7 @@ async def test_members_whose_binds_are_in_flight_are_not_repaired_as_missing() -
         world.bind_in_cache(name, reservation[f"uid-{name}"])
     assert world.coordinator.phase_of("ml/w") == "Bound"
     # Another gang is placed now; the bound gang must not be "repaired" onto fresh nodes.
-    world.actions.requeued.clear()
+    world.actions.requeues.clear()
     gang_of(world, 1, min_count=1, gpus=8, prefix="v")
     world.filter("v0")
     assert world.coordinator.reservation_of("ml/w") == {}
