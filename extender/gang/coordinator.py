@@ -39,7 +39,7 @@ from ..config import Config
 from ..metrics import Metrics
 from ..topology.placement import NoFit
 from ..topology.scoring import ScoreTable
-from . import debug, gates
+from . import debug, gates, preemption
 from .binding import Binder
 from .core import BindFailed, ClusterActions, Core
 from .gates import FilterDecision, GateInput, reject_all
@@ -284,24 +284,7 @@ class Coordinator:
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        """Pass the scheduler's victims through, minus nodes whose eviction would break a gang
-        running at exactly its quorum (evicting one member would strand the rest)."""
-        out: dict[str, dict[str, Any]] = {}
-        for node, entry in victims.items():
-            uids = [p.get("UID", "") for p in entry.get("Pods", [])]
-            if not uids or any(self._breaks_gang(uid) for uid in uids):
-                continue
-            out[node] = entry
-        return out
-
-    def _breaks_gang(self, uid: str) -> bool:
-        record = self.cache.pods.get(uid)
-        if record is None or record.gang_key is None:
-            return False
-        spec = self.cache.gang_spec(record.gang_key)
-        if spec is None or not spec.is_gang:
-            return False
-        return self.core.running_count(record.gang_key) <= spec.min_count
+        return preemption.veto_gang_breaking(self.core, victims)
 
     # ------------------------------------------------------------------ cache events
     def on_cache_event(self, event: CacheEvent) -> None:
