@@ -417,8 +417,8 @@ def server_main(nodes: int, pods_per_node: int, conn: Any) -> None:
                 conn.send(("ok", _rusage()))
             elif command == "state":
                 coordinator = cluster.coordinator
-                conn.send(("ok", {"reserved_pods": len(coordinator.reserved_uid),
-                                  "reserved_nodes": len(coordinator.reserved_on_node)}))
+                conn.send(("ok", {"reserved_pods": coordinator.reserved_count()[""],
+                                  "reserved_nodes": len(coordinator.reserved_nodes())}))
             elif command == "stop":
                 done.set()
 

@@ -167,14 +167,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
 
 
 async def handle_debug_gangs(request: web.Request) -> web.Response:
-    coordinator = request.app[COORDINATOR]
-    doc = {
-        "gangs": coordinator.snapshot(),
-        "reservedPods": len(coordinator.reserved_uid),
-        "reservedNodes": sorted(coordinator.reserved_on_node),
-        "inflightBinds": coordinator.inflight_snapshot(),
-        "cache": request.app[CACHE].counts(),
-    }
+    doc = request.app[COORDINATOR].debug_document()
     return _json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 

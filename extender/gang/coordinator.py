@@ -399,15 +399,3 @@ class Coordinator:
 
     def debug_document(self) -> dict[str, Any]:
         return debug.document(self.core)
-
-    # Read-only views the /debug/gangs handler reads (copies: nothing outside the core changes it).
-    @property
-    def reserved_uid(self) -> dict[str, str]:
-        """Reserved pods, uid -> gang."""
-        return {uid: gang for gang in self.core.ledger.gangs()
-                for uid in self.core.ledger.reservation_of(gang)}
-
-    @property
-    def reserved_on_node(self) -> list[str]:
-        """Nodes holding any reservation."""
-        return self.core.ledger.reserved_nodes()

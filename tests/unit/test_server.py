@@ -443,7 +443,7 @@ async def test_malformed_quantity_in_request_pod_is_400(stack: Stack) -> None:
         stack.cache.upsert_pod(member)
     await stack.post("/filter", extender_args(make_pod("train-a-worker-0", "uid-w0", group="train-a"),
                                               names=ALL_NAMES))
-    assert stack.coordinator.reserved_uid, "precondition: the gang holds a reservation"
+    assert stack.coordinator.reserved_count()[""], "precondition: the gang holds a reservation"
     pod = plain_pod()
     pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
     resp = await stack.post("/filter", extender_args(pod, names=ALL_NAMES))
@@ -585,7 +585,7 @@ async def test_filter_never_names_a_node_outside_a_request_with_duplicates(stack
     for member in members:
         stack.cache.upsert_pod(member)
     _, doc = await stack.post_json("/filter", extender_args(members[0], names=ALL_NAMES))
-    reserved = sorted(stack.coordinator.reserved_on_node)
+    reserved = stack.coordinator.reserved_nodes()
     assert len(reserved) == 2, reserved
     offered = [reserved[0], reserved[0]]
     plain = make_pod("p", "uid-p", gpus=8)
