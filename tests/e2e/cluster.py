@@ -142,9 +142,11 @@ class Kube:
             if exc.status != 404:
                 raise
 
-    def create_podgroup(self, namespace: str, name: str, min_count: int,
+    def create_podgroup(self, namespace: str, name: str, min_count: int | None,
                         topology_key: str | None = None) -> None:
-        spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+        """A v1beta1 PodGroup with the gang policy, or the basic policy when ``min_count`` is None."""
+        policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+        spec: dict[str, Any] = {"schedulingPolicy": policy}
         if topology_key:
             spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
         group, version, plural = PODGROUP_API
