@@ -51,16 +51,33 @@ def parse_quantity(text: str | int | float) -> Decimal:
     return Decimal(f"{_nano_units(text)}E-9")
 
 
+# Parsed quantity strings, by (is cpu, text). Pods repeat a handful of values ("8", "64Gi"), and
+# every pod is parsed at least twice (its filter request and its watch events). Bounded: cleared
+# when full, so a stream of distinct values costs only the parse itself.
+_PARSED: dict[tuple[bool, str], int] = {}
+_PARSED_LIMIT = 4096
+
+
 def to_units(name: str, quantity: str | int | float) -> int:
     """Canonical integer amount of one resource: millicores for cpu, rounded-up units otherwise.
 
     Negative amounts are refused (the apiserver refuses them in requests and capacities alike).
     """
+    key = (name == CPU, quantity) if type(quantity) is str else None
+    if key is not None:
+        known = _PARSED.get(key)
+        if known is not None:
+            return known
     nano = _nano_units(quantity)
     if nano < 0:
         raise QuantityError(f"negative quantity {_shown(quantity)}")
     per_unit = 10**6 if name == CPU else _NANO
-    return min(-(-nano // per_unit), MAX_UNITS)
+    units = min(-(-nano // per_unit), MAX_UNITS)
+    if key is not None:
+        if len(_PARSED) >= _PARSED_LIMIT:
+            _PARSED.clear()
+        _PARSED[key] = units
+    return units
 
 
 def beyond_capacity(resources: Mapping[str, int]) -> list[str]:

@@ -313,3 +313,15 @@ def test_add_and_subtract() -> None:
     subtract_into(total, b)
     assert total == a  # entries that reach zero are dropped
     assert sum_all([a, b, b]) == {"cpu": 2000, "memory": GiB, "nvidia.com/gpu": 2}
+
+
+def test_parsed_quantities_are_remembered_but_the_memory_stays_bounded() -> None:
+    from extender.cluster import resources
+
+    assert resources.to_units("cpu", "250m") == 250
+    assert resources._PARSED[(True, "250m")] == 250  # the second pod with this value skips the parse
+    assert resources.to_units("memory", "250m") == 1  # same text, other resource: its own entry
+    for i in range(resources._PARSED_LIMIT * 3):
+        resources.to_units("memory", f"{i}Ki")
+    assert len(resources._PARSED) <= resources._PARSED_LIMIT
+    assert resources.to_units("memory", "7Ki") == 7 * 1024  # still right after a flush
