@@ -264,9 +264,10 @@ def filter_result(
     """
     if not exact:
         passing, failed, unresolvable = _trimmed(args.candidate_names, passing, failed, unresolvable)
-    maps = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": error})
     if args.node_names is not None:
-        return b'{"Nodes":null,"NodeNames":' + orjson.dumps(passing) + b"," + maps[1:]
+        return orjson.dumps({"Nodes": None, "NodeNames": passing, "FailedNodes": failed,
+                             "FailedAndUnresolvableNodes": unresolvable, "Error": error})
+    maps = orjson.dumps({"FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": error})
     keep = set(passing)
     items = [raw for raw, name in zip(args.encoded_nodes or (), args.candidate_names, strict=True)
              if name in keep]

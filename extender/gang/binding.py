@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 
 from ..cluster.records import PodRecord
+from ..topology.placement import fits
 from .core import Core
 from .state import GangState, HeldBind
 
@@ -56,7 +57,8 @@ class Binder:
             return f"pod {namespace}/{name} is already bound to {record.node_name}"
         reservation = core.ledger.reserved_node(uid) if uid else None
         if reservation is None:
-            refusal = self._refusal_without_reservation(namespace, name, uid, record)
+            refusal = self._refusal_without_reservation(namespace, name, uid, record) or \
+                self._refusal_on_reserved_capacity(node, record)
             if refusal:
                 core.metrics.binds.labels("refused").inc()
                 return refusal
@@ -83,6 +85,21 @@ class Binder:
             return ""  # the gang runs at quorum: this is an extra member
         return (f"gang {gang}: pod {namespace}/{name} holds no reservation (released before its "
                 f"bind); it is placed again with its gang")
+
+    def _refusal_on_reserved_capacity(self, node: str, record: PodRecord | None) -> str:
+        """Why binding this pod to ``node`` would take capacity a gang has reserved ("" if not).
+
+        kube-scheduler binds only what filter passed, and filter keeps pods off reserved capacity;
+        a bind call that skipped filter must not over-commit the node either.
+        """
+        view = self.core.ledger.protected().get(node)
+        if view is None:
+            return ""
+        own = record.gang_key if record is not None else None
+        if own is not None and view.holders == (own,):
+            return ""
+        requests = record.requests if record is not None else {}
+        return "" if fits(view.free, view.pods_free, requests) else f"node {node}: {view.reason}"
 
     async def _hold(self, state: GangState, pod: PodRecord, node: str) -> str:
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()

@@ -133,9 +133,15 @@ class Coordinator:
             return decision
         assert spec is not None  # the declaration gate answered otherwise
         reservation = self.core.ledger.reserved_node(pod.uid)
-        if reservation is not None and reservation.gang == key and reservation.node in candidates:
-            # The common case of a reserved member: its node, with no state to change or sync.
-            return FilterDecision(candidates, [reservation.node])
+        if reservation is not None:
+            if reservation.gang != key:
+                # A pod the watch has not delivered, reserved for one gang, now naming another: the
+                # reservation stands (a pod is never reserved by two gangs) and this claim is refused.
+                return reject_all(candidates, f"pod {pod.key} is reserved for gang {reservation.gang}, "
+                                              f"not {key}")
+            if reservation.node in candidates:
+                # The common case of a reserved member: its node, with no state to change or sync.
+                return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
         if spec is self.cache.gang_spec(key):

@@ -70,12 +70,14 @@ class Planner:
         node missing one belongs to no domain at that level and must not pass for one.
         """
         out: list[CandidateNode] = []
+        seen: set[str] = set()  # a name offered twice is one node: its capacity counts once
         nodes = self.core.cache.nodes
         free_of = self.core.ledger.free
         for name in names:
             node = nodes.get(name)
-            if node is None:
+            if node is None or name in seen:
                 continue
+            seen.add(name)
             if within is not None and node.paths[within[0]] != within[1]:
                 continue
             if labelled_only and "" in node.domains:

@@ -133,3 +133,39 @@ async def test_filter_answers_name_only_nodes_from_the_request_even_with_duplica
     decision = world.filter("plain", candidates)
     assert set(decision.unresolvable) <= set(candidates)
     assert set(decision.passing) <= set(candidates)
+
+
+async def test_an_unseen_pod_reserved_for_one_gang_cannot_be_claimed_by_another() -> None:
+    world = World()
+    first = pod("p", gang="g1", min_count=1, gpus=1)  # never delivered by the watch
+    assert len(world.coordinator.filter(*typed(first), world.names).passing) == 1
+    second = pod("p", gang="g2", min_count=1, gpus=1)  # same uid, another gang
+    decision = world.coordinator.filter(*typed(second), world.names)
+    assert decision.passing == []
+    assert "reserved for gang ml/g1, not ml/g2" in decision.unresolvable["b0-r0-n0"]
+    assert set(world.coordinator.reservation_of("ml/g1")) == {"uid-p"}
+    assert world.coordinator.reservation_of("ml/g2") == {}
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_a_node_offered_twice_counts_its_capacity_once() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    decision = world.filter("w0", ["b0-r0-n0", "b0-r0-n0"])
+    assert decision.passing == []
+    assert "fit 1" in decision.unresolvable["b0-r0-n0"]
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_a_bind_that_skipped_filter_cannot_take_reserved_capacity() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    reserved = sorted(world.coordinator.reservation_of("ml/w").values())
+    world.add(pod("plain", gpus=8))
+    answer = await world.bind("plain", reserved[0])
+    assert "capacity reserved for gang ml/w" in answer
+    assert world.actions.bound == []
+    free = next(n for n in world.names if n not in reserved)
+    assert await world.bind("plain", free) == ""  # anywhere else it binds
+    assert world.coordinator.check_invariants() == []

@@ -593,3 +593,23 @@ async def test_filter_never_names_a_node_outside_a_request_with_duplicates(stack
     assert status == 200
     answered = set(doc["NodeNames"]) | set(doc["FailedNodes"]) | set(doc["FailedAndUnresolvableNodes"])
     assert answered <= set(offered), doc
+
+
+async def test_unseen_pod_declared_in_another_annotation_gang_is_answered(stack: Stack) -> None:
+    # Found by the fuzzer: the first call reserves the pod for gang g1; the second, for the same
+    # uid now declaring gang g2, raised DoubleReservation in the core (HTTP 500).
+    for gang in ("g1", "g2"):
+        pod = make_pod("p", "uid-p", gang_annotation=gang, min_count=1, gpus=1)
+        resp = await stack.post("/filter", extender_args(pod, names=ALL_NAMES[:1]))
+        assert resp.status == 200, await resp.text()
+
+
+async def test_node_offered_twice_is_not_reserved_twice(stack: Stack) -> None:
+    # Found by the fuzzer: two 8-GPU members of a gang, offered one 8-GPU node twice, were both
+    # reserved on it (node over-committed). kube-scheduler never repeats a name; a client can.
+    stack.cache.upsert_podgroup(make_podgroup("g", 2))
+    members = [make_pod(f"g-{i}", f"uid-g{i}", group="g", gpus=8) for i in range(2)]
+    for member in members:
+        stack.cache.upsert_pod(member)
+    await stack.post_json("/filter", extender_args(members[0], names=[ALL_NAMES[0], ALL_NAMES[0]]))
+    assert stack.coordinator.check_invariants() == []
