@@ -74,6 +74,12 @@ class Metrics:
             "Violations found by the run-time invariant check (debug.checkInvariants); 0 when healthy.",
             registry=r,
         )
+        self.preemptions_refused = Counter(
+            "quorum_preemptions_refused_total",
+            "Preemptions refused for a gang member because its whole gang would not fit even with "
+            "the proposed victims gone (nothing is evicted for nothing).",
+            registry=r,
+        )
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
         self.rechecks = Counter(
             "quorum_gang_rechecks_total",

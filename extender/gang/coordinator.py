@@ -290,7 +290,8 @@ class Coordinator:
 
     # ------------------------------------------------------------------ preempt
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        return preemption.veto_gang_breaking(self.core, victims)
+        known = self.cache.pods.get(pod.uid)
+        return preemption.gang_aware(self.core, self.planner, known or pod, victims)
 
     # ------------------------------------------------------------------ cache events
     def on_cache_event(self, event: CacheEvent) -> None:

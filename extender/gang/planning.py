@@ -11,11 +11,15 @@ import logging
 from collections.abc import Iterable, Mapping
 
 from ..cluster.records import GangSpec, PodRecord
+from ..cluster.resources import Resources, add
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, place_gang
 from .core import Core
 from .state import GangState, NoFitMemo
 
 log = logging.getLogger(__name__)
+
+# Capacity that would come free per node: (resources, pod slots).
+Freed = Mapping[str, tuple[Resources, int]]
 
 
 def fingerprint(candidates: list[str]) -> tuple[int, int]:
@@ -63,11 +67,12 @@ class Planner:
         return None
 
     def candidates(self, names: Iterable[str], gang: str, within: tuple[int, str] | None,
-                   labelled_only: bool) -> list[CandidateNode]:
+                   labelled_only: bool, freed: Freed | None = None) -> list[CandidateNode]:
         """Candidate nodes with the capacity the gang may use (other gangs' reservations excluded).
 
         A gang with a topology constraint considers only nodes carrying every level's label: a
-        node missing one belongs to no domain at that level and must not pass for one.
+        node missing one belongs to no domain at that level and must not pass for one. ``freed``
+        adds capacity that would come free on some nodes (preemption victims gone).
         """
         out: list[CandidateNode] = []
         seen: set[str] = set()  # a name offered twice is one node: its capacity counts once
@@ -83,12 +88,16 @@ class Planner:
             if labelled_only and "" in node.domains:
                 continue
             free = free_of(name, gang)
-            if free is not None:
-                out.append(CandidateNode(name, node.domains, free[0], free[1]))
+            if free is None:
+                continue
+            extra = freed.get(name) if freed else None
+            if extra is not None:
+                free = (add(free[0], extra[0]), free[1] + extra[1])
+            out.append(CandidateNode(name, node.domains, free[0], free[1]))
         return out
 
     def plan(self, spec: GangSpec, pending: Mapping[str, PodRecord], candidates: list[str],
-             bound_nodes: list[str], first_uid: str | None) -> Placement | NoFit:
+             bound_nodes: list[str], first_uid: str | None, freed: Freed | None = None) -> Placement | NoFit:
         """Place the pending members (all of them, else just enough for quorum). Pure: no state."""
         required = self.level(spec.required_topology)
         preferred = self.level(spec.preferred_topology)
@@ -99,7 +108,7 @@ class Planner:
             if first is not None and first.paths[required]:
                 within = (required, first.paths[required])
         constrained = required is not None or preferred is not None
-        nodes = self.candidates(candidates, spec.key, within, labelled_only=constrained)
+        nodes = self.candidates(candidates, spec.key, within, labelled_only=constrained, freed=freed)
         needed = spec.min_count - len(bound_nodes)
         ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
         attempts = [ordered]

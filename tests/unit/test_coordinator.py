@@ -580,6 +580,41 @@ async def test_preempt_passes_victims_through_but_protects_gangs_at_quorum() -> 
     assert kept == {"b0-r1-n0": victims["b0-r1-n0"]}
 
 
+def _victims(world: World, names: list[str]) -> dict[str, dict[str, Any]]:
+    return {world.pods[n]["spec"]["nodeName"]: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0}
+            for n in names}
+
+
+async def test_a_gang_that_cannot_fit_even_with_every_victim_gone_evicts_nothing() -> None:
+    # 3 x 8 GPUs, required rack: a rack has 2 nodes, so no eviction can ever make it fit.
+    world = World()
+    blockers = []
+    for i, name in enumerate(world.names):
+        world.add(pod(f"busy{i}", gpus=8, node_name=name))
+        blockers.append(f"busy{i}")
+    gang_of(world, 3, min_count=3, gpus=8, required="rack")
+    kept = world.coordinator.preempt(typed(world.pods["w0"])[0], _victims(world, blockers))
+    assert kept == {}
+    assert world.sample("quorum_preemptions_refused_total") == 1
+
+
+async def test_a_gang_member_keeps_only_the_victims_its_whole_gang_needs() -> None:
+    # 2 x 8 GPUs, required rack. Rack b0-r0 is full of plain pods; b1-r1 has one busy node.
+    world = World()
+    for i, name in enumerate(["b0-r0-n0", "b0-r0-n1", "b1-r1-n0"]):
+        world.add(pod(f"busy{i}", gpus=8, node_name=name))
+    for name in ["b0-r1-n0", "b0-r1-n1", "b1-r0-n0", "b1-r0-n1"]:
+        world.add(pod(f"half-{name}", gpus=4, node_name=name))
+    gang_of(world, 2, min_count=2, gpus=8, required="rack")
+    proposed = _victims(world, ["busy0", "busy1", "busy2"])
+    kept = world.coordinator.preempt(typed(world.pods["w0"])[0], proposed)
+    # Evicting busy2 frees a rack with its free neighbour: one victim instead of two.
+    assert kept == {"b1-r1-n0": proposed["b1-r1-n0"]}
+    # A plain pod's preemption is left to kube-scheduler.
+    world.add(pod("plain", gpus=8))
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], proposed) == proposed
+
+
 # ---------------------------------------------------------------------------------- introspection
 
 
