@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -300,7 +300,7 @@ def host_priority_list(fragments: list[bytes]) -> bytes:
     return b"[" + b",".join(fragments) + b"]"
 
 
-_NO_FRAGMENTS: dict[str, bytes] = {}
+_SCORES = frozenset(range(MAX_SCORE + 1))
 
 
 class ScoreEncoder:
@@ -315,8 +315,7 @@ class ScoreEncoder:
     def __init__(self, is_node: Callable[[str], bool], limit: Callable[[], int]) -> None:
         self._is_node = is_node
         self._limit = limit
-        # Keyed by score: a score outside 0..10 finds no cache and goes through _fragment's check.
-        self._by_score: dict[int, dict[str, bytes]] = {score: {} for score in range(MAX_SCORE + 1)}
+        self._by_score: list[dict[str, bytes]] = [{} for _ in range(MAX_SCORE + 1)]
         self._epoch: Hashable | None = None
         self._by_epoch: dict[str, bytes] = {}
 
@@ -332,15 +331,25 @@ class ScoreEncoder:
                 cache[name] = fragment
         return fragment
 
+    def _scored(self, candidates: list[str], known: Mapping[str, int]) -> list[bytes]:
+        """Fragments for scores valid as a whole (checked once per table, not per node)."""
+        by_score = self._by_score
+        out: list[bytes] = []
+        for name in candidates:
+            score = known.get(name, 0)
+            fragment = by_score[score].get(name)
+            out.append(fragment if fragment is not None else self._fragment(name, score))
+        return out
+
     def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
         if table.epoch is None:
-            known, by_score = table.known, self._by_score
-            out: list[bytes] = []
-            for name in candidates:
-                score = known.get(name, 0)
-                fragment = by_score.get(score, _NO_FRAGMENTS).get(name)
-                out.append(fragment if fragment is not None else self._fragment(name, score))
-            return host_priority_list(out)
+            known = table.known
+            if _SCORES.issuperset(known.values()):  # no negative index can pick a wrong cache
+                try:
+                    return host_priority_list(self._scored(candidates, known))
+                except TypeError:  # a float equal to a valid int: scored one by one below
+                    pass
+            return host_priority_list([self._fragment(name, known.get(name, 0)) for name in candidates])
         if table.epoch != self._epoch or len(self._by_epoch) > self._limit():
             self._epoch, self._by_epoch = table.epoch, {}
         cached = self._by_epoch
