@@ -122,8 +122,11 @@ async def _body(request: web.Request) -> bytes:
 async def handle_filter(request: web.Request) -> web.Response:
     args = wire.parse_extender_args(await _body(request))
     decision = request.app[COORDINATOR].filter(args.pod, args.declared_gang, args.candidate_names)
-    body = wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable,
-                              exact=decision.exact)
+    if decision.reason:  # every candidate rejected for one reason: no dict of them is built
+        body = wire.rejection_result(args, decision.reason)
+    else:
+        body = wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable,
+                                  exact=decision.exact)
     response = _json(body)
     response.headers["X-Quorum-Outcome"] = "pass" if decision.passing else "reject"
     return response

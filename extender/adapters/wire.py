@@ -15,6 +15,7 @@ import logging
 import math
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
+from itertools import filterfalse
 from typing import Any
 
 import orjson
@@ -274,6 +275,25 @@ def filter_result(
     return b'{"Nodes":{"metadata":{},"items":[' + b",".join(items) + b']},"NodeNames":null,' + maps[1:]
 
 
+def rejection_result(args: ExtenderArgs, reason: str) -> bytes:
+    """ExtenderFilterResult rejecting every candidate, unresolvably, for one reason (a gang that
+    waits or does not fit), encoded from the candidate list in two C-level passes: no dict of
+    thousands of fresh names is hashed (a name sent twice appears twice; Go keeps the last)."""
+    names = args.candidate_names
+    if names:
+        value = b'":' + orjson.dumps(reason)
+        inner = orjson.dumps(names)[1:-1]  # "a","b": as in _zero_scores, "," only between names
+        rejected = b"{" + inner.replace(b'","', value + b',"') + value[1:] + b"}"
+    else:
+        rejected = b"{}"
+    if args.node_names is not None:
+        nodes = b'null,"NodeNames":[]'
+    else:
+        nodes = b'{"metadata":{},"items":[]},"NodeNames":null'
+    return (b'{"Nodes":' + nodes + b',"FailedNodes":{},"FailedAndUnresolvableNodes":' + rejected
+            + b',"Error":""}')
+
+
 _SCORE_SUFFIX = [f',"Score":{score}}}'.encode() for score in range(MAX_SCORE + 1)]
 
 
@@ -303,10 +323,20 @@ def host_priority_list(fragments: list[bytes]) -> bytes:
 _SCORES = frozenset(range(MAX_SCORE + 1))
 
 
+def _zero_scores(names: list[str]) -> bytes:
+    """HostPriority entries scoring 0 for many names, encoded with two C-level passes.
+
+    In orjson's encoding of a list of strings, ``","`` occurs only between elements: inside a
+    string every quote is escaped, so a quote there is never followed by ``,"``.
+    """
+    inner = orjson.dumps(names)[1:-1]  # "a","b"
+    return b'{"Host":' + inner.replace(b'","', b'","Score":0},{"Host":"') + b',"Score":0}'
+
+
 class ScoreEncoder:
     """Encodes a ``ScoreTable`` as a HostPriorityList, reusing per-node fragments.
 
-    One entry per candidate, in the request's order, so hosts are always the request's own.
+    One entry per candidate, so hosts are always the request's own.
     Fragments are cached only for nodes in the cluster cache (``is_node``), and the caches are
     dropped when they grow past ``limit()`` entries (node churn), so a client that sends unknown or
     ever-new names leaves nothing behind.
@@ -331,39 +361,46 @@ class ScoreEncoder:
                 cache[name] = fragment
         return fragment
 
-    def _scored(self, candidates: list[str], known: Mapping[str, int]) -> list[bytes]:
-        """Fragments for scores valid as a whole (checked once per table, not per node)."""
-        by_score = self._by_score
-        out: list[bytes] = []
-        for name in candidates:
-            score = known.get(name, 0)
-            fragment = by_score[score].get(name)
-            out.append(fragment if fragment is not None else self._fragment(name, score))
-        return out
+    def _scored(self, candidates: list[str], known: Mapping[str, int]) -> list[bytes | None]:
+        """Cached fragments, None where there is none yet. Scores are checked once per table; a
+        table with any score outside 0..10 gets no cached fragment, so each is checked alone."""
+        if _SCORES.issuperset(known.values()):  # so no negative score indexes a wrong cache
+            by_score = self._by_score
+            try:
+                return [by_score[known.get(name, 0)].get(name) for name in candidates]
+            except TypeError:  # a float equal to a valid int
+                pass
+        return [None] * len(candidates)
+
+    def _complete(self, candidates: list[str], found: list[bytes | None],
+                  score_of: Callable[[str], int | None], cache: dict[str, bytes] | None) -> bytes:
+        """The list with every miss filled in: nodes of the cluster scored (and cached), and names
+        it does not know scored 0 in one pass and put last (order is free: kube-scheduler reads the
+        answer into a map by host). A 30 MiB list of unknown names costs one regex pass."""
+        if None not in found:
+            return host_priority_list(found)  # type: ignore[arg-type]  # no None in it
+        missing = [name for name, fragment in zip(candidates, found, strict=True) if fragment is None]
+        fragments = [fragment for fragment in found if fragment is not None]
+        for name in filter(self._is_node, missing):
+            score = score_of(name)
+            fragment = self._fragment(name, 0 if score is None else score)
+            if cache is not None:
+                cache[name] = fragment
+            fragments.append(fragment)
+        unknown = list(filterfalse(self._is_node, missing))
+        if unknown:
+            fragments.append(_zero_scores(unknown))
+        return host_priority_list(fragments)
 
     def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
         if table.epoch is None:
             known = table.known
-            if _SCORES.issuperset(known.values()):  # no negative index can pick a wrong cache
-                try:
-                    return host_priority_list(self._scored(candidates, known))
-                except TypeError:  # a float equal to a valid int: scored one by one below
-                    pass
-            return host_priority_list([self._fragment(name, known.get(name, 0)) for name in candidates])
+            return self._complete(candidates, self._scored(candidates, known),
+                                  lambda name: known.get(name, 0), None)
         if table.epoch != self._epoch or len(self._by_epoch) > self._limit():
             self._epoch, self._by_epoch = table.epoch, {}
-        cached = self._by_epoch
-        fragments = list(map(cached.get, candidates))
-        if None in fragments:
-            for i, fragment in enumerate(fragments):
-                if fragment is None:
-                    name = candidates[i]
-                    known_score = table.score_of(name)
-                    if known_score is None:
-                        fragments[i] = host_priority_fragment(name, 0)
-                    else:
-                        fragments[i] = cached[name] = self._fragment(name, known_score)
-        return host_priority_list(fragments)  # type: ignore[arg-type]  # every None was replaced
+        found: list[bytes | None] = list(map(self._by_epoch.get, candidates))
+        return self._complete(candidates, found, table.score_of, self._by_epoch)
 
 
 def binding_result(error: str = "") -> bytes:
@@ -390,10 +427,9 @@ def preemption_result(args: PreemptionArgs, victims: dict[str, dict[str, Any]]) 
         kept = _victims_within(args.victims.get(node), entry)
         if kept is not None:
             answer[node] = kept
-    if len(answer) != len(victims) or any(answer[n] is not victims[n] for n in answer):
+    if answer != victims:
         dropped = [n[:100] for n in victims if n not in answer][:5]
-        if dropped or any(answer[n] != victims[n] for n in answer):
-            log.warning("preempt answer outside the request; trimmed it", extra={"nodes": dropped})
+        log.warning("preempt answer outside the request; trimmed it", extra={"nodes": dropped})
     return orjson.dumps({"NodeNameToMetaVictims": answer})
 
 

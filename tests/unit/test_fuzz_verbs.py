@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.adapters import wire
+from extender.topology.scoring import ScoreTable
 from tests.fuzz.corpus import VERBS, bases
 from tests.fuzz.harness import Harness, Totals, describe, fuzz
 
@@ -110,6 +111,8 @@ def _requests(draw: st.DrawFn) -> tuple[str, bytes]:
     """A real request of some verb with one to three values replaced by arbitrary JSON."""
     verb = draw(st.sampled_from(sorted(_PARSERS)))
     doc = orjson.loads(draw(st.sampled_from(_BASES[verb])))
+    if verb == "filter" and draw(st.booleans()):  # node names of any text at all
+        doc["NodeNames"] = draw(st.lists(st.text(max_size=12), max_size=8))
     for _ in range(draw(st.integers(1, 3))):
         paths = _paths(doc)
         if not paths:
@@ -123,11 +126,14 @@ def _requests(draw: st.DrawFn) -> tuple[str, bytes]:
 
 
 def _answer(verb: str, args: Any) -> None:
-    """Encode an answer for parsed args the way the server would (must never raise)."""
+    """Encode answers for parsed args the way the server would: never raises, every host kept."""
     if verb == "filter":
         names = args.candidate_names
         failed, unresolvable = dict.fromkeys(names[1:2], "full"), dict.fromkeys(names[2:], "gang")
         wire.filter_result(args, names[:1], failed, unresolvable)
+        encoder = wire.ScoreEncoder(set(names[::2]).__contains__, lambda: 100)
+        scores = orjson.loads(encoder.encode(names, ScoreTable({}, lambda name: 5, "epoch")))
+        assert sorted(entry["Host"] for entry in scores) == sorted(names)
     elif verb == "preempt":
         wire.preemption_result(args, args.victims)
 

@@ -470,3 +470,33 @@ def test_preemption_result_names_only_requested_nodes_and_victims(caplog: pytest
     doc = json.loads(wire.preemption_result(args, answer))
     assert doc == {"NodeNameToMetaVictims": {"n1": {"Pods": [{"UID": "u1"}], "NumPDBViolations": 1}}}
     assert any("preempt answer" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("epoch", [None, "e1"])
+def test_names_the_cluster_does_not_know_score_0_whatever_they_contain(epoch: Any) -> None:
+    # Encoded in one pass (a 30 MiB list of unknown names took seconds one by one); they come last,
+    # which kube-scheduler does not mind: it reads the answer into a map by host.
+    known_nodes = {"n1": 7, "n2": 3}
+    encoder = wire.ScoreEncoder(known_nodes.__contains__, lambda: 100)
+    odd = ['b"c', "d\\", "é", 'x\\"y', "", ',","', "\u2028", "\x00\n"]
+    candidates = ["n1", *odd, "n2", "n1"]
+    table: Any = _Table(dict(known_nodes), epoch)
+    for _ in range(2):  # the second time from cached fragments
+        doc = json.loads(encoder.encode(candidates, table))
+        assert sorted(e["Host"] for e in doc) == sorted(candidates)
+        assert {e["Host"]: e["Score"] for e in doc} == {**dict.fromkeys(odd, 0), **known_nodes}
+
+
+@pytest.mark.parametrize("mode", ["names", "nodes", "none"])
+def test_rejection_result_is_the_filter_result_rejecting_every_candidate(mode: str) -> None:
+    odd = ["n1", 'b"c', "d\\", "é", 'x\\"y', ',","', '":"', "\u2028"]
+    if mode == "names":
+        payload = body({"Pod": pod(), "Nodes": None, "NodeNames": odd})
+    elif mode == "nodes":
+        payload = _nodes([make_node(name, "b0", "b0-r0") for name in odd])
+    else:
+        payload = body({"Pod": pod(), "Nodes": None, "NodeNames": None})
+    args = wire.parse_extender_args(payload)
+    reason = 'gang ml/g: 1/2 pods exist, "waiting" for 1 \\ é'
+    expected = json.loads(wire.filter_result(args, [], {}, dict.fromkeys(args.candidate_names, reason)))
+    assert json.loads(wire.rejection_result(args, reason)) == expected
