@@ -41,6 +41,7 @@ Rejected = tuple[Any, Exception]
 POD_BOUND = "pod-bound"
 POD_REMOVED = "pod-removed"  # deleted, terminating, finished, or gone from its gang
 NODE_REMOVED = "node-removed"
+NODE_CHANGED = "node-changed"  # a node shrank or moved to other topology domains
 CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped holding capacity
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
@@ -151,6 +152,8 @@ class ClusterCache:
         self._report_clamped("nodes", record.name, old.allocatable if old else None, record.allocatable)
         if old is None or _grew(old, record):
             self._emit(CacheEvent(CAPACITY_FREED, record.name))
+        if old is not None and (old.domains != record.domains or _shrank(old, record)):
+            self._emit(CacheEvent(NODE_CHANGED, record.name))
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
         for path in node.paths:
@@ -339,6 +342,13 @@ def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
         except Exception as exc:  # any object the cache cannot take: reported by the caller
             rejected.append((obj, exc))
     return rejected
+
+
+def _shrank(old: NodeRecord, new: NodeRecord) -> bool:
+    """Whether a node update can leave less room than before (for any resource, or pod slots)."""
+    if new.pods_allocatable < old.pods_allocatable:
+        return True
+    return any(amount > new.allocatable.get(name, 0) for name, amount in old.allocatable.items())
 
 
 def _grew(old: NodeRecord, new: NodeRecord) -> bool:

@@ -28,6 +28,7 @@ from ..cluster.cache import (
     GANG_CHANGED,
     GANG_REMOVED,
     MEMBER_READY,
+    NODE_CHANGED,
     NODE_REMOVED,
     POD_BOUND,
     POD_REMOVED,
@@ -341,6 +342,19 @@ class Coordinator:
             self.core.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
             self.core.sync(state)
 
+    def _on_node_changed(self, event: CacheEvent) -> None:
+        """A reserved node that shrank below its reservations, or moved to other domains, no longer
+        holds the placement it was chosen for: release the gangs reserved there (they re-plan)."""
+        ledger = self.core.ledger
+        if not ledger.gangs_on(event.key):
+            return
+        shrunk = any(problem.startswith(f"node {event.key} ") for problem in ledger.overcommitted())
+        for key in ledger.gangs_on(event.key):
+            state = self.core.state(key)
+            if shrunk or state.domain:
+                self.core.release(state, f"gang {key}: reserved node {event.key} changed", "node-changed")
+                self.core.sync(state)
+
     def _on_gang_removed(self, event: CacheEvent) -> None:
         state = self.core.gangs.get(event.key)
         if state is not None:
@@ -386,6 +400,7 @@ class Coordinator:
         POD_BOUND: _on_pod_bound,
         POD_REMOVED: _on_pod_removed,
         NODE_REMOVED: _on_node_removed,
+        NODE_CHANGED: _on_node_changed,
         GANG_REMOVED: _on_gang_removed,
         GANG_CHANGED: _on_gang_changed,
         CACHES_SYNCED: _on_synced,

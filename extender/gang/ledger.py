@@ -224,9 +224,13 @@ class CapacityLedger:
         return problems
 
     def overcommitted(self) -> list[str]:
-        """Nodes where bound pods, reservations and in-flight binds exceed allocatable."""
+        """Reserved nodes where bound pods, in-flight binds and reservations exceed allocatable.
+
+        Only nodes with reservations: capacity Quorum promised must exist. Pods already bound or
+        being bound can exceed a node that shrank afterwards; that is the kubelet's to resolve.
+        """
         out: list[str] = []
-        for name in set(self._on_node) | set(self._inflight_on_node):
+        for name in sorted(self._on_node):
             free = self.free(name, None)
             if free is None:
                 continue

@@ -59,13 +59,16 @@ def test_node_upsert_and_delete(cache: ClusterCache, events: list[CacheEvent]) -
     cache.upsert_node(make_node(N0, "b0", "b0-r0", gpus=4))
     assert cache.nodes[N0].allocatable["nvidia.com/gpu"] == 4
     assert cache.capacity_version > version
-    assert events == []  # a node that shrank cannot make room for anything
+    # A node that shrank cannot make room for anything, but its reservations may no longer fit.
+    assert kinds(events) == [("node-changed", N0)]
+    cache.upsert_node(make_node(N0, "b0", "b0-r0", gpus=4))  # unchanged: no event
+    assert kinds(events) == [("node-changed", N0)]
     cache.delete_node(N0)
     assert N0 not in cache.nodes
     assert N0 not in cache.domain_nodes[R00]
-    assert kinds(events) == [("node-removed", N0)]
+    assert kinds(events) == [("node-changed", N0), ("node-removed", N0)]
     cache.delete_node(N0)  # unknown node: nothing happens
-    assert kinds(events) == [("node-removed", N0)]
+    assert kinds(events) == [("node-changed", N0), ("node-removed", N0)]
 
 
 def test_node_without_topology_labels_has_no_domains() -> None:

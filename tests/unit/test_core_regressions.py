@@ -12,7 +12,7 @@ import pytest
 from extender.cluster.cache import CACHES_SYNCED, CacheEvent
 from extender.gang.ledger import CapacityLedger, DoubleReservation
 
-from .fixtures import World, gang_of, typed
+from .fixtures import World, gang_of, make_node, typed
 from .fixtures import gang_pod as pod
 from .test_coordinator import podgroup
 
@@ -169,3 +169,16 @@ async def test_a_bind_that_skipped_filter_cannot_take_reserved_capacity() -> Non
     free = next(n for n in world.names if n not in reserved)
     assert await world.bind("plain", free) == ""  # anywhere else it binds
     assert world.coordinator.check_invariants() == []
+
+
+async def test_a_reserved_node_that_shrinks_below_its_reservation_releases_the_gang() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    node = world.coordinator.reservation_of("ml/w")["uid-w0"]
+    shrunk = make_node(node, *world.cache.nodes[node].domains[:2], gpus=4)
+    world.cache.upsert_node(shrunk)
+    assert world.coordinator.reservation_of("ml/w") == {}
+    assert world.sample("quorum_reservation_releases_total", reason="node-changed") == 1
+    assert world.coordinator.check_invariants() == []
+    assert len(world.filter("w0").passing) == 1  # placed again, around the smaller node
