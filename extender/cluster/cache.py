@@ -220,11 +220,16 @@ class ClusterCache:
             record.holds_capacity, record.node_name, record.requests
         ):
             self.capacity_version += 1
+        changed_gang = ""
         if gang_key:
             self.gang_members[gang_key].add(record.uid)
             spec = spec_from_annotations(obj)
             if spec is not None:
+                before = self.annotation_specs.get(gang_key)
                 self.annotation_specs[gang_key] = spec
+                if before is not None and _declared(before) != _declared(spec) and \
+                        gang_key not in self.podgroup_specs:
+                    changed_gang = gang_key  # told after the pod's own events, below
         if record.node_name and (old is None or not old.node_name):
             self._emit(CacheEvent(POD_BOUND, record.uid, record))
         if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
@@ -239,6 +244,8 @@ class ClusterCache:
             old is None or old.gang_key != gang_key or not old.counts_for_quorum
         ):
             self._emit(CacheEvent(MEMBER_READY, gang_key, record))
+        if changed_gang:
+            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -342,6 +349,11 @@ def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
         except Exception as exc:  # any object the cache cannot take: reported by the caller
             rejected.append((obj, exc))
     return rejected
+
+
+def _declared(spec: GangSpec) -> tuple[object, ...]:
+    """What a gang's annotations declare (not which pod carried them, nor when it was created)."""
+    return spec.min_count, spec.is_gang, spec.required_topology, spec.preferred_topology, spec.problem
 
 
 def _shrank(old: NodeRecord, new: NodeRecord) -> bool:

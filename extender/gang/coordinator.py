@@ -381,7 +381,9 @@ class Coordinator:
         needed = spec.min_count - core.running_count(event.key)
         if reserved and not state.binds_in_flight and needed > reserved + len(state.held):
             core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
-        elif not reserved and not state.held and state.phase != Phase.BOUND:
+        elif not reserved and not state.held and state.phase != Phase.BOUND and event.pod is None:
+            # Only a PodGroup change wakes members: members whose annotations disagree would flip
+            # the declaration on every pod update, and a nudge is itself a pod update.
             self.retry.nudge_gang(event.key, "its declaration changed")
         core.sync(state)
 

@@ -182,3 +182,17 @@ async def test_a_reserved_node_that_shrinks_below_its_reservation_releases_the_g
     assert world.sample("quorum_reservation_releases_total", reason="node-changed") == 1
     assert world.coordinator.check_invariants() == []
     assert len(world.filter("w0").passing) == 1  # placed again, around the smaller node
+
+
+async def test_a_min_count_raised_by_annotations_takes_a_bound_gang_out_of_bound() -> None:
+    world = World()
+    for i, node in enumerate(["b0-r0-n0", "b0-r0-n1"]):
+        world.add(pod(f"w{i}", gang="w", min_count=2, node_name=node))
+    world.add(pod("w2", gang="w", min_count=2))
+    world.filter("w2")
+    assert world.coordinator.phase_of("ml/w") == "Bound"
+    world.add(pod("w2", gang="w", min_count=3))  # the declaration moves to 3 with a pod update
+    assert world.coordinator.phase_of("ml/w") != "Bound"
+    assert world.coordinator.check_invariants() == []
+    await asyncio.sleep(0.01)
+    assert world.actions.requeued == []  # annotation changes never nudge (no feedback loop)
