@@ -158,12 +158,15 @@ class Binder:
         for h in held:
             core.ledger.unreserve(h.pod.uid)
             core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests)
-        state.binds_in_flight += len(held)
+        # A gang already running at quorum binds these as extras: no quorum batch, no Binding phase.
+        counted = running < min_count
+        if counted:
+            state.binds_in_flight += len(held)
         core.metrics.gang_wait.observe(max(0.0, core.clock() - state.first_seen))
         log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": running})
-        core.spawn(self._bind_all(state, held))
+        core.spawn(self._bind_all(state, held, counted))
 
-    async def _bind_all(self, state: GangState, held: list[HeldBind]) -> None:
+    async def _bind_all(self, state: GangState, held: list[HeldBind], counted: bool) -> None:
         core = self.core
         try:
             results = await asyncio.gather(
@@ -171,7 +174,8 @@ class Binder:
                 return_exceptions=True,
             )
         finally:
-            state.binds_in_flight -= len(held)
+            if counted:
+                state.binds_in_flight -= len(held)
         for h, result in zip(held, results, strict=True):
             if isinstance(result, BaseException):
                 core.ledger.clear_inflight(h.pod.uid)

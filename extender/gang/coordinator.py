@@ -318,6 +318,10 @@ class Coordinator:
             if state is not None:
                 if core.running_count(state.key) >= core.min_count(state, core.cache.gang_spec(state.key)):
                     state.failures = state.replans = state.bind_failures = 0
+                    if not state.held and not state.binds_in_flight:
+                        # At quorum (members bound elsewhere, or a late watch): what is still
+                        # reserved belongs to extras, which keep no capacity they may never use.
+                        core.ledger.release_gang(state.key)
                     if state.deadline is not None and not core.ledger.reserved_count(state.key):
                         state.deadline.cancel()
                         state.deadline = None
