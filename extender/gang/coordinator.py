@@ -306,6 +306,8 @@ class Coordinator:
 
     def _on_pod_bound(self, event: CacheEvent) -> None:
         core = self.core
+        if event.pod is not None and not core.ledger.is_inflight(event.key):
+            self._release_overcommitted(event.pod.node_name, f"pod {event.pod.key} was bound there")
         core.ledger.clear_inflight(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
@@ -344,6 +346,19 @@ class Coordinator:
         for key in self.core.ledger.gangs_on(event.key):
             state = self.core.state(key)
             self.core.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
+            self.core.sync(state)
+
+    def _release_overcommitted(self, node: str, why: str) -> None:
+        """A pod bound outside Quorum (another scheduler, a user's nodeName) took capacity a gang had
+        reserved: the reservation cannot hold any more, so the gang re-plans around it."""
+        ledger = self.core.ledger
+        if not ledger.gangs_on(node):
+            return
+        if not any(problem.startswith(f"node {node} ") for problem in ledger.overcommitted()):
+            return
+        for key in ledger.gangs_on(node):
+            state = self.core.state(key)
+            self.core.release(state, f"gang {key}: reserved node {node} is full ({why})", "node-changed")
             self.core.sync(state)
 
     def _on_node_changed(self, event: CacheEvent) -> None:

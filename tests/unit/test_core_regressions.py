@@ -196,3 +196,15 @@ async def test_a_min_count_raised_by_annotations_takes_a_bound_gang_out_of_bound
     assert world.coordinator.check_invariants() == []
     await asyncio.sleep(0.01)
     assert world.actions.requeued == []  # annotation changes never nudge (no feedback loop)
+
+
+async def test_a_pod_bound_outside_quorum_onto_reserved_capacity_makes_the_gang_replan() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    node = world.coordinator.reservation_of("ml/w")["uid-w0"]
+    world.add(pod("intruder", gpus=8, node_name=node))  # another scheduler bound it there
+    assert world.coordinator.reservation_of("ml/w") == {}
+    assert world.coordinator.check_invariants() == []
+    decision = world.filter("w0")
+    assert len(decision.passing) == 1 and decision.passing != [node]
