@@ -62,7 +62,8 @@ def build(config: cfg.Config) -> web.Application:
     informer = Informer(client, cache, metrics)
     # Ready while every kind is listed and watched; the informer marks a kind whose watch is down
     # (or whose loop ended) out of sync, which names it in the 503 answer.
-    app = build_app(coordinator, cache, metrics, informer.healthy, config.max_request_bytes)
+    app = build_app(coordinator, cache, metrics, informer.healthy, config.max_request_bytes,
+                    body_timeout=config.body_timeout_seconds)
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         informer.start()

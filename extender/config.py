@@ -50,6 +50,7 @@ class Config:
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     gang: GangTimings = field(default_factory=GangTimings)
     max_request_bytes: int = 32 * 1024 * 1024
+    body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
     log_level: str = "info"
     log_format: str = "json"
     check_invariants: bool = False  # debug.checkInvariants: verify the core after every call
@@ -152,7 +153,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         gang, {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds", "maxReplans"}, "gang"
     )
     http = _section(raw, "http")
-    _check_keys(http, {"maxRequestBytes"}, "http")
+    _check_keys(http, {"maxRequestBytes", "bodyTimeoutSeconds"}, "http")
     log = _section(raw, "log")
     _check_keys(log, {"level", "format"}, "log")
     debug = _section(raw, "debug")
@@ -183,6 +184,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         levels=_levels(topology.get("levels")),
         gang=timings,
         max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),
+        body_timeout_seconds=_number(http, "bodyTimeoutSeconds", "http", 10.0),
         log_level=str(log.get("level", "info")),
         log_format=str(log.get("format", "json")),
         check_invariants=check,

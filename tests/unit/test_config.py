@@ -40,8 +40,9 @@ gang:
   backoffBaseSeconds: 2.5
   backoffMaxSeconds: 120
   maxReplans: 5
-http: {maxRequestBytes: 4194304}
+http: {maxRequestBytes: 4194304, bodyTimeoutSeconds: 2.5}
 log: {level: debug, format: text}
+debug: {checkInvariants: true}
 """
 
 
@@ -183,6 +184,10 @@ INVALID = [
     ("gang", 30, "gang"),
     ("http.maxRequestBytes", 100, "http.maxRequestBytes"),
     ("http.maxRequestBytes", "32Mi", "http.maxRequestBytes"),
+    ("http.bodyTimeoutSeconds", 0, "http.bodyTimeoutSeconds"),
+    ("http.bodyTimeoutSeconds", "10s", "http.bodyTimeoutSeconds"),
+    ("debug.checkInvariants", "yes", "debug.checkInvariants"),
+    ("debug.verbose", True, "debug.verbose"),
     ("http.port", 80, "http.port"),
     ("log.level", "verbose", "log.level"),
     ("log.level", "INFO", "log.level"),
@@ -343,3 +348,10 @@ def test_process_exits_2_for_bad_env(tmp_path: Path) -> None:
     result = _run(env={"QUORUM_LOG_FORMAT": "xml"})
     assert result.returncode == 2, result.stderr
     assert "log.format" in result.stderr
+
+
+def test_http_body_timeout_and_invariant_checks_are_read_from_the_file(tmp_path: Path) -> None:
+    config = load_file(write(tmp_path, FULL_CONFIG))
+    assert config.body_timeout_seconds == 2.5
+    assert config.check_invariants is True
+    assert (Config().body_timeout_seconds, Config().check_invariants) == (10.0, False)
