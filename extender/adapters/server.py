@@ -43,6 +43,9 @@ METRICS = web.AppKey("metrics", Metrics)
 SCORES = web.AppKey("scores", wire.ScoreEncoder)
 BODY_LIMIT = web.AppKey("body_limit", int)
 BODY_TIMEOUT = web.AppKey("body_timeout", float)
+# Candidate lists may exceed the cached node count by this much plus double it (nodes the watch has
+# not delivered yet, a cache still filling at start).
+MIN_CANDIDATE_LIMIT = 5000
 ReadyCheck = Callable[[], bool]
 READY: web.AppKey[ReadyCheck] = web.AppKey("ready")
 
@@ -119,8 +122,22 @@ async def _body(request: web.Request) -> bytes:
         raise BodyRefused(f"request body not received within {timeout:g}s", status=408) from None
 
 
+def _extender_args(request: web.Request, body: bytes) -> wire.ExtenderArgs:
+    """Parsed filter/prioritize arguments, refusing more candidates than the cluster could offer.
+
+    kube-scheduler offers each feasible node once, so a list far longer than the cluster's nodes is
+    not a scheduling request; refusing it keeps every call's work proportional to the cluster.
+    """
+    args = wire.parse_extender_args(body)
+    limit = 2 * len(request.app[CACHE].nodes) + MIN_CANDIDATE_LIMIT
+    if len(args.candidate_names) > limit:
+        raise wire.WireError(f"{len(args.candidate_names)} candidate nodes offered; the cluster has "
+                             f"{len(request.app[CACHE].nodes)} (at most {limit} accepted)")
+    return args
+
+
 async def handle_filter(request: web.Request) -> web.Response:
-    args = wire.parse_extender_args(await _body(request))
+    args = _extender_args(request, await _body(request))
     decision = request.app[COORDINATOR].filter(args.pod, args.declared_gang, args.candidate_names)
     if decision.reason:  # every candidate rejected for one reason: no dict of them is built
         body = wire.rejection_result(args, decision.reason)
@@ -133,7 +150,7 @@ async def handle_filter(request: web.Request) -> web.Response:
 
 
 async def handle_prioritize(request: web.Request) -> web.Response:
-    args = wire.parse_extender_args(await _body(request))
+    args = _extender_args(request, await _body(request))
     table = request.app[COORDINATOR].prioritize(args.pod, args.candidate_names)
     return _json(request.app[SCORES].encode(args.candidate_names, table))
 

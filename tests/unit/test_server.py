@@ -613,3 +613,13 @@ async def test_node_offered_twice_is_not_reserved_twice(stack: Stack) -> None:
         stack.cache.upsert_pod(member)
     await stack.post_json("/filter", extender_args(members[0], names=[ALL_NAMES[0], ALL_NAMES[0]]))
     assert stack.coordinator.check_invariants() == []
+
+
+async def test_more_candidates_than_the_cluster_could_offer_is_400(stack: Stack) -> None:
+    limit = 2 * len(stack.cache.nodes) + 5000
+    names = [f"ghost-{i}" for i in range(limit + 1)]
+    for verb in ("/filter", "/prioritize"):
+        status, doc = await stack.post_json(verb, extender_args(make_pod("p", "uid-p"), names=names))
+        assert status == 400 and "candidate nodes offered" in doc["error"], doc
+    status, _ = await stack.post_json("/filter", extender_args(make_pod("p", "uid-p"), names=names[:limit]))
+    assert status == 200
