@@ -44,14 +44,24 @@ def gang_aware(core: Core, planner: Planner, pod: PodRecord, victims: Victims) -
     """The victims worth evicting for ``pod``: for a gang member, only those its whole gang needs."""
     kept = veto_gang_breaking(core, victims)
     gang = pod.gang_key
-    spec = core.cache.gang_spec(gang) if gang is not None else None
-    if gang is None or spec is None or not spec.is_gang or spec.problem or spec.min_count < 1:
+    if gang is None:
+        return kept
+    spec = core.cache.gang_spec(gang)
+    if spec is None:
+        # A gang Quorum does not know yet (its pods or PodGroup not delivered by the watch): it
+        # cannot be judged, so nothing is evicted for it; kube-scheduler tries again later.
+        core.metrics.preemptions_refused.inc()
+        return {}
+    if not spec.is_gang or spec.problem or spec.min_count < 1:
         return kept
     if core.running_count(gang) >= spec.min_count or not kept:
         return kept  # an extra member of a running gang preempts like any pod
     pending = {m.uid: m for m in core.cache.members(gang) if m.pending}
     pending.setdefault(pod.uid, pod)
     bound = [m.node_name for m in core.cache.members(gang) if m.holds_capacity]
+    if len(pending) + len(bound) < spec.min_count:
+        core.metrics.preemptions_refused.inc()
+        return {}  # the gang is not complete: evicting for part of it could never bind it
     freed = _freed(core, kept)
     names = list(core.cache.nodes)
     plan = planner.plan(spec, pending, names, bound, pod.uid, freed=freed)

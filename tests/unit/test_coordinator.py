@@ -598,6 +598,14 @@ async def test_a_gang_that_cannot_fit_even_with_every_victim_gone_evicts_nothing
     assert world.sample("quorum_preemptions_refused_total") == 1
 
 
+async def test_a_member_of_a_gang_not_yet_in_the_cache_evicts_nothing() -> None:
+    world = World()
+    world.add(pod("busy", gpus=8, node_name="b0-r0-n0"))
+    early = pod("w0", gang="w", min_count=2, gpus=8)  # kube-scheduler has it; our watch does not
+    kept = world.coordinator.preempt(typed(early)[0], _victims(world, ["busy"]))
+    assert kept == {}
+
+
 async def test_a_gang_member_keeps_only_the_victims_its_whole_gang_needs() -> None:
     # 2 x 8 GPUs, required rack. Rack b0-r0 is full of plain pods; b1-r1 has one busy node.
     world = World()
