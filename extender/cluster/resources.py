@@ -108,6 +108,8 @@ def _shown(value: Any) -> str:
     """A short rendering for error messages: hostile values may be megabytes long."""
     if isinstance(value, int) and abs(value).bit_length() > 64:
         return f"<{abs(value).bit_length()}-bit integer>"
+    if not isinstance(value, str | int | float):
+        return f"<{type(value).__name__}>"  # never repr a container: it may nest beyond recursion
     text = repr(value)
     return text if len(text) <= 40 else f"{text[:32]}...({len(text)} chars)"
 

@@ -325,3 +325,13 @@ def test_parsed_quantities_are_remembered_but_the_memory_stays_bounded() -> None
         resources.to_units("memory", f"{i}Ki")
     assert len(resources._PARSED) <= resources._PARSED_LIMIT
     assert resources.to_units("memory", "7Ki") == 7 * 1024  # still right after a flush
+
+
+def test_a_deeply_nested_quantity_is_refused_without_rendering_it() -> None:
+    from extender.cluster.resources import QuantityError, to_units
+
+    nested: list[object] = []
+    for _ in range(5000):
+        nested = [nested]
+    with pytest.raises(QuantityError, match="<list>"):
+        to_units("cpu", nested)  # type: ignore[arg-type]

@@ -623,3 +623,13 @@ async def test_more_candidates_than_the_cluster_could_offer_is_400(stack: Stack)
         assert status == 400 and "candidate nodes offered" in doc["error"], doc
     status, _ = await stack.post_json("/filter", extender_args(make_pod("p", "uid-p"), names=names[:limit]))
     assert status == 200
+
+
+async def test_a_quantity_nested_too_deep_to_show_is_400(stack: Stack) -> None:
+    # Found by the fuzzer: the error message rendered the value with repr(), which recursed.
+    pod = make_pod("p", "uid-p")
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "NESTED"
+    body = extender_args(pod, names=ALL_NAMES).replace(b'"NESTED"', b"[" * 1000 + b'"1"' + b"]" * 1000)
+    for verb in ("/filter", "/prioritize"):
+        status, doc = await stack.post_json(verb, body)
+        assert status == 400, doc
