@@ -3,63 +3,105 @@
 ``Apiserver`` holds the objects as the cluster has them and feeds a ``ClusterCache`` the way the
 informers would, with watch events that may lag. ``FakeActions`` binds pods into it and records,
 for every binding, whether the pod's gang had reached its quorum in that batch: a member bound
-below quorum is exactly the failure gang scheduling exists to prevent.
+below quorum is exactly the failure gang scheduling exists to prevent. ``VirtualClockLoop`` runs it
+all without sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import selectors
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from extender.cluster.cache import ClusterCache
 from extender.cluster.gang_sources import gang_key_of_pod
-from extender.cluster.records import PodRecord
+from extender.cluster.records import PodRecord, pod_record
+from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
+from extender.topology.model import fits
 
 BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
+LEVEL_LABELS = (BLOCK, RACK, HOST)
+GPU = "nvidia.com/gpu"
 NAMESPACE = "ml"
 NODE_NAMES = tuple(f"b{b}-r{r}-n{n}" for b in range(2) for r in range(2) for n in range(2))
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 
-class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
-    """Polls without blocking; where the loop would sleep, its clock jumps ahead instead."""
+class _JumpingSelector(selectors.DefaultSelector):
+    """Where the loop would sleep, its clock jumps ahead instead. Nothing here does I/O, so no
+    file descriptor is ever polled (the loop's own wake-up pipe is only for other threads)."""
 
     def __init__(self, loop: VirtualClockLoop) -> None:
         super().__init__()
         self._loop = loop
 
     def select(self, timeout: float | None = None) -> list[Any]:
-        events: list[Any] = super().select(0)
-        if not events and timeout is None:
+        if timeout is None:
             raise RuntimeError("the event loop would wait forever")
-        if not events and timeout:
-            self._loop.now += timeout
-        return events
+        self._loop.now += timeout
+        return []
 
 
 class VirtualClockLoop(asyncio.SelectorEventLoop):
-    """Timeouts and backoffs of thousands of generated steps cost no wall-clock time."""
+    """Timeouts and backoffs of thousands of generated steps cost no wall-clock time; an
+    exception in any task or callback (even one nobody awaits) is recorded in ``errors``."""
 
     def __init__(self) -> None:
         self.now = 0.0
+        self.errors: list[str] = []
         super().__init__(_JumpingSelector(self))
+        self.set_task_factory(self._task)
+        self.set_exception_handler(lambda _, context: self.errors.append(context["message"]))
 
     def time(self) -> float:
         return self.now
+
+    def _task(self, loop: asyncio.AbstractEventLoop,
+              coro: Generator[Any, None, T] | Coroutine[Any, Any, T], /, **kwargs: Any) -> asyncio.Task[T]:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        task.add_done_callback(self._check)
+        return task
+
+    def _check(self, task: asyncio.Task[Any]) -> None:
+        error = None if task.cancelled() else task.exception()
+        if isinstance(error, Exception) and not isinstance(error, BindFailed):
+            self.errors.append(repr(error))
+
+    def run(self, step: Callable[[], Any]) -> Any:
+        """Run a step inside the loop (the core arms timers and spawns tasks), then let what it
+        woke take its next steps: a quorum released reaches the apiserver before ``run`` returns."""
+        async def call() -> Any:
+            result = step()
+            for _ in range(4):
+                await asyncio.sleep(0)
+            return result
+        return self.run_until_complete(call())
+
+    def advance(self, seconds: float) -> None:
+        self.run_until_complete(asyncio.sleep(seconds))
+        self.run(lambda: None)
+
+    def cancel_all(self) -> None:
+        tasks = asyncio.all_tasks(self)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            self.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
 
 
 def node(name: str, gpus: int) -> Obj:
     block, rack = name.split("-")[0], "-".join(name.split("-")[:2])
     return {"metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name}},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110",
-                                       "nvidia.com/gpu": str(gpus)}}}
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}}}
 
 
 def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None) -> Obj:
     spec: Obj = {"schedulerName": "quorum", "containers": [
-        {"name": "main", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}
+        {"name": "main", "resources": {"requests": {"cpu": "1", GPU: str(gpus)}}}]}
     if group:
         spec["schedulingGroup"] = {"podGroupName": group}
     return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
@@ -74,11 +116,32 @@ def podgroup(name: str, min_count: int | None, rack: bool) -> Obj:
     return {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
 
 
+def claiming(obj: Obj, gang: str, min_count: int, group: bool) -> Obj:
+    """A copy of the pod whose request names another gang (by annotation or PodGroup)."""
+    spec = {k: v for k, v in obj["spec"].items() if k != "schedulingGroup"}
+    if group:
+        spec["schedulingGroup"] = {"podGroupName": gang}
+    annotations = {"quorum.dev/gang": gang, "quorum.dev/min-count": str(min_count)}
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}, "spec": spec}
+
+
 def bound_node(obj: Obj) -> str:
     """The node a pod holds capacity on ("" when pending or finished)."""
     if obj["status"]["phase"] in ("Succeeded", "Failed"):
         return ""
     return str(obj["spec"].get("nodeName") or "")
+
+
+@dataclass(slots=True)
+class Call:
+    """One binding call to the apiserver; ``entered``/``returned`` order the calls (-1: open)."""
+
+    uid: str
+    gang: str | None
+    need: int
+    running: set[str]
+    entered: int
+    returned: int = -1
 
 
 class Apiserver:
@@ -89,17 +152,22 @@ class Apiserver:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
         self.podgroups: dict[str, Obj] = {}
-        self.cache = ClusterCache((BLOCK, RACK, HOST))
+        self.cache = ClusterCache(LEVEL_LABELS)
         self.watch = "now"  # when a binding reaches the cache: "now", "later" (a timer) or "manual"
         self.api_delay = 0.0
         self.unseen: set[str] = set()  # bound here, not yet delivered to the cache
         self.refuse: set[str] = set()  # uids whose next binding the apiserver refuses
-        self.binding: dict[str, str | None] = {}  # uid -> gang, for binding calls under way
+        self.binding: dict[str, tuple[str | None, str]] = {}  # uid -> (gang, node) of calls under way
+        self.calls: list[Call] = []
+        self.tick = 0
         self.bound_alone: list[str] = []  # bindings of a gang member below quorum (must stay empty)
         # Gangs a test step itself left partly bound (refused or cut-short bindings, members
         # finished, deleted or bound by someone else, minCount raised over running members).
         self.disturbed: set[str] = set()
+        self._requests: dict[str, Resources] = {}
+        self._seq = 0
 
+    # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
         obj = self.pods.get(uid)
         return None if obj is None else gang_key_of_pod(obj)
@@ -112,7 +180,7 @@ class Apiserver:
             return int(policy["gang"]["minCount"]) if "gang" in policy else 0
         counts = [int(o["metadata"]["annotations"].get("quorum.dev/min-count", 0))
                   for o in self.pods.values() if gang_key_of_pod(o) == gang]
-        return counts[0] if counts and "/g" not in gang else 0
+        return counts[0] if counts else 0
 
     def running(self, gang: str) -> set[str]:
         return {u for u, o in self.pods.items() if gang_key_of_pod(o) == gang and bound_node(o)}
@@ -121,6 +189,47 @@ class Apiserver:
         return {k for k in map(gang_key_of_pod, self.pods.values()) if k} | \
             {f"{NAMESPACE}/{g}" for g in self.podgroups}
 
+    def requests_of(self, obj: Obj) -> Resources:
+        uid = obj["metadata"]["uid"]
+        if uid not in self._requests:
+            self._requests[uid] = pod_record(obj, None).requests
+        return self._requests[uid]
+
+    def gpus_held(self, name: str) -> int:
+        """GPUs of the pods bound to a node or being bound there."""
+        binding = {u for u, (_, n) in self.binding.items() if n == name}
+        return sum(self.requests_of(o).get(GPU, 0) for u, o in self.pods.items()
+                   if bound_node(o) == name or u in binding)
+
+    def fitting_nodes(self, obj: Obj, assumed: dict[str, str]) -> list[str]:
+        """Nodes where the pod fits as kube-scheduler sees them: bound pods and its assumed ones."""
+        used: dict[str, Resources] = {}
+        for uid, other in self.pods.items():
+            where = bound_node(other) or ("" if other["spec"].get("nodeName") else assumed.get(uid, ""))
+            if where and uid != obj["metadata"]["uid"]:
+                add_into(used.setdefault(where, {}), self.requests_of(other))
+        out = []
+        for name in sorted(self.nodes):
+            free = dict(self.cache.nodes[name].allocatable)
+            subtract_into(free, used.get(name, {}))
+            if fits(free, 100, self.requests_of(obj)):
+                out.append(name)
+        return out
+
+    def new_pod(self, gang: str | None, gpus: int, min_count: int, rack: bool,
+                groups: tuple[str, ...]) -> Obj:
+        """Members of one annotation gang carry the same declaration, as a Job's template gives them."""
+        self._seq += 1
+        name = f"{gang or 'p'}-{self._seq}"
+        if gang is None or gang in groups:
+            return pod(name, gpus, group=gang)
+        first = next((o for o in self.pods.values() if gang_key_of_pod(o) == f"{NAMESPACE}/{gang}"), None)
+        annotations = {"quorum.dev/gang": gang, "quorum.dev/min-count": str(min_count)}
+        if rack:
+            annotations["quorum.dev/required-topology"] = "rack"
+        return pod(name, gpus, first["metadata"]["annotations"] if first else annotations)
+
+    # ------------------------------------------------------------------ changing it
     def put_pod(self, obj: Obj) -> None:
         self.pods[obj["metadata"]["uid"]] = obj
         self.unseen.discard(obj["metadata"]["uid"])
@@ -135,6 +244,10 @@ class Apiserver:
         """The watch event of a binding reaches the cache."""
         if uid in self.unseen:
             self.put_pod(self.pods[uid])
+
+    def deliver_all(self) -> None:
+        for uid in sorted(self.unseen):
+            self.deliver(uid)
 
     def bind(self, uid: str, node_name: str) -> None:
         obj = self.pods[uid]
@@ -155,6 +268,12 @@ class Apiserver:
             return "pod not found"
         return "pod is already bound" if self.pods[uid]["spec"].get("nodeName") else ""
 
+    def batch(self, call: Call) -> set[str]:
+        """Members whose binding calls overlap this one: the batch Quorum released together
+        (a member the apiserver refused still counts: Quorum could not know)."""
+        return {c.uid for c in self.calls
+                if c.gang == call.gang and (c.returned < 0 or c.returned > call.entered)}
+
 
 class FakeActions:
     """The apiserver calls of one Quorum process."""
@@ -167,25 +286,29 @@ class FakeActions:
     async def bind_pod(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         api = self.api
         gang = api.gang_of(uid)
-        need = api.min_count(gang) if gang else 0
-        api.binding[uid] = gang
+        api.tick += 1
+        # The gang's quorum and running members as they were when Quorum released the batch.
+        call = Call(uid, gang, api.min_count(gang) if gang else 0, api.running(gang) if gang else set(),
+                    api.tick)
+        api.calls.append(call)
+        api.binding[uid] = (gang, node_name)
         try:
-            await asyncio.sleep(api.api_delay)
+            await asyncio.sleep(api.api_delay)  # every batch member enters before any returns
             refusal = api.refusal(uid) if self.alive else "Quorum restarted"
             if refusal:
                 raise BindFailed(f"binding {namespace}/{name}: {refusal}")
-            if gang and need:
-                # Every batch member entered this call before any returns (one sleep at least).
-                together = api.running(gang) | {u for u, g in api.binding.items() if g == gang}
-                if len(together) < need:
-                    api.bound_alone.append(f"{name} to {node_name}: {len(together)}/{need} of {gang}")
+            together = call.running | api.batch(call)
+            if len(together) < call.need:
+                api.bound_alone.append(f"{name} to {node_name}: {len(together)}/{call.need} of {gang}")
             api.bind(uid, node_name)
         except BaseException:
             if gang:
                 api.disturbed.add(gang)
             raise
         finally:
-            del api.binding[uid]
+            api.binding.pop(uid, None)
+            api.tick += 1
+            call.returned = api.tick
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
         self.requeued.extend(p.name for p in pods)

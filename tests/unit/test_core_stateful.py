@@ -1,0 +1,351 @@
+"""Generated scenarios against one gang core: whatever happens, no gang member is bound alone.
+
+One coordinator and its cache are driven through random sequences of cluster changes (nodes,
+pods, PodGroups), extender calls as kube-scheduler makes them (filter, then bind on the answered
+node), apiserver refusals, lagging watches, timeouts and restarts. After every step the core must
+be consistent, a pod reserved by at most one gang, and no member bound while its gang is below
+quorum. QUORUM_STATEFUL_EXAMPLES raises the number of scenarios for a longer run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import replace
+from functools import partial
+
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from extender.cluster.cache import ClusterCache
+from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from extender.cluster.records import pod_record
+from extender.config import Config, GangTimings
+from extender.gang.coordinator import Coordinator
+from extender.metrics import Metrics
+
+from .core_world import (
+    LEVEL_LABELS,
+    NAMESPACE,
+    NODE_NAMES,
+    Apiserver,
+    FakeActions,
+    Obj,
+    VirtualClockLoop,
+    bound_node,
+    claiming,
+    node,
+    podgroup,
+)
+
+TIMEOUT = 0.05
+CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backoff_base_seconds=0.02,
+                                            backoff_max_seconds=0.2, max_replans=2))
+ANNOTATION_GANGS = ("a0", "a1")
+GROUPS = ("g0", "g1")
+CLAIMED = (*ANNOTATION_GANGS, *GROUPS, "z9")  # gangs a request may name; "z9" exists nowhere
+GANG = st.sampled_from((*ANNOTATION_GANGS, *GROUPS, None))  # None: a plain pod
+GPUS = st.sampled_from([1, 2, 2, 4, 8])
+
+
+class CoreMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = VirtualClockLoop()
+        self.api = Apiserver(self.loop)
+        self.actions = FakeActions(self.api)
+        self.coordinator = self._start()
+        self.answers: dict[str, str] = {}  # uid -> node its last filter passed (the scheduler assumes it)
+        self.binds: dict[str, asyncio.Task[str]] = {}  # kube-scheduler's bind calls
+        self.bind_node: dict[str, str] = {}
+
+    def _start(self) -> Coordinator:
+        """A Quorum process: a fresh cache listed from the cluster, a coordinator on top."""
+        cache = self.api.cache = ClusterCache(LEVEL_LABELS)
+        self.api.unseen.clear()
+        self.actions = FakeActions(self.api)
+        coordinator = Coordinator(CONFIG, cache, self.actions, Metrics(), clock=self.loop.time, strict=True)
+
+        def fill() -> None:
+            cache.replace_nodes(list(self.api.nodes.values()))
+            cache.replace_podgroups(list(self.api.podgroups.values()))
+            cache.replace_pods(list(self.api.pods.values()))
+        self.loop.run(fill)
+        return coordinator
+
+    def teardown(self) -> None:
+        self.loop.cancel_all()
+        self.loop.close()
+
+    # ------------------------------------------------------------------ views
+    def open_binds(self) -> set[str]:
+        return {u for u, t in self.binds.items() if not t.done()}
+
+    def pending(self) -> list[str]:
+        """Pods kube-scheduler would filter: not bound, not finished, no bind call of theirs open."""
+        busy = self.open_binds()
+        return sorted(u for u, o in self.api.pods.items() if not o["spec"].get("nodeName")
+                      and o["status"]["phase"] == "Pending" and u not in busy)
+
+    def answered(self) -> list[str]:
+        return [u for u in self.pending() if u in self.answers]
+
+    def reserved_answered(self) -> list[str]:
+        return [u for u in self.answered() if u in self.coordinator.reservation_of(self.api.gang_of(u) or "")]
+
+    def candidates(self, obj: Obj) -> list[str]:
+        assumed = {u: n for u, n in self.answers.items() if u in self.api.pods}
+        assumed.update({u: self.bind_node[u] for u in self.open_binds()})
+        return self.api.fitting_nodes(obj, assumed)
+
+    # ------------------------------------------------------------------ the cluster changes
+    @initialize(gpus=st.lists(st.sampled_from([8, 8, 4, 0]), min_size=len(NODE_NAMES),
+                              max_size=len(NODE_NAMES)))
+    def cluster(self, gpus: list[int]) -> None:
+        for name, count in zip(NODE_NAMES, gpus, strict=True):
+            self.node_changes(name, count)
+
+    @initialize(workload=st.lists(st.tuples(GANG, GPUS, st.integers(1, 4), st.booleans()), max_size=3))
+    def jobs(self, workload: list[tuple[str | None, int, int, bool]]) -> None:
+        """Gangs (with their quorum of members) and plain pods that exist from the start."""
+        for gang, gpus, min_count, rack in workload:
+            self.pods_created(gang, gpus, min_count, "quorum", rack)
+
+    @rule(name=st.sampled_from(NODE_NAMES), gpus=st.none() | st.integers(0, 8))
+    def node_changes(self, name: str, gpus: int | None) -> None:
+        """A node joins, its capacity changes, or (None) it is deleted. It keeps room for the pods
+        bound to it: capacity lost under running pods is no scheduler's doing."""
+        if gpus is None:
+            self.api.nodes.pop(name, None)
+            self.loop.run(lambda: self.api.cache.delete_node(name))
+            return
+        obj = self.api.nodes[name] = node(name, max(gpus, self.api.gpus_held(name)))
+        self.loop.run(lambda: self.api.cache.upsert_node(obj))
+
+    @rule(gang=GANG, gpus=GPUS, min_count=st.integers(1, 4), rack=st.booleans(),
+          count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]))
+    def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool) -> None:
+        """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
+        if gang in GROUPS and gang not in self.api.podgroups and count != "one":
+            self.podgroup_changes(gang, min_count, rack)
+        extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
+        for _ in range(max(1, min_count + extra)):
+            obj = self.api.new_pod(gang, gpus, min_count, rack, GROUPS)
+            self.loop.run(partial(self.api.put_pod, obj))
+
+    def _pod_goes(self, uid: str, finish: bool) -> None:
+        obj = self.api.pods[uid]
+        gang = self.api.gang_of(uid)
+        if gang and bound_node(obj):
+            self.api.disturbed.add(gang)
+        if finish and bound_node(obj):
+            obj["status"]["phase"] = "Succeeded"
+            self.loop.run(lambda: self.api.put_pod(obj))
+        else:
+            self.loop.run(lambda: self.api.drop_pod(uid))
+
+    @precondition(lambda self: self.api.pods)
+    @rule(data=st.data(), finish=st.booleans())
+    def pod_goes(self, data: st.DataObject, finish: bool) -> None:
+        """A pod is deleted, or (if bound) runs to completion."""
+        self._pod_goes(data.draw(st.sampled_from(sorted(self.api.pods))), finish)
+
+    @precondition(lambda self: self.pending())
+    @rule(data=st.data())
+    def bound_elsewhere(self, data: st.DataObject) -> None:
+        """Another scheduler (or a user setting nodeName) binds a pod where it fits."""
+        uid = data.draw(st.sampled_from(self.pending()))
+        obj = self.api.pods[uid]
+        nodes = self.candidates(obj)
+        if nodes:
+            gang = self.api.gang_of(uid)
+            if gang:
+                self.api.disturbed.add(gang)
+            obj["spec"]["nodeName"] = data.draw(st.sampled_from(nodes))
+            obj["status"]["phase"] = "Running"
+            self.loop.run(lambda: self.api.put_pod(obj))
+
+    @rule(group=st.sampled_from(GROUPS), min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
+          rack=st.booleans())
+    def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool) -> None:
+        """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted."""
+        if min_count == "gone":
+            obj = self.api.podgroups.pop(group, podgroup(group, None, False))
+            self.loop.run(lambda: self.api.cache.delete_podgroup(obj))
+            return
+        key = f"{NAMESPACE}/{group}"
+        running = self.api.running(key) | {u for u, (g, _) in self.api.binding.items() if g == key}
+        if isinstance(min_count, int) and 0 < len(running) < min_count:
+            self.api.disturbed.add(key)  # minCount raised over members already running
+        obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack)
+        self.api.podgroups[group] = obj
+        self.loop.run(lambda: self.api.cache.upsert_podgroup(obj))
+
+    # ------------------------------------------------------------------ extender calls
+    def _filter(self, obj: Obj, data: st.DataObject, subset: bool = True) -> None:
+        uid = obj["metadata"]["uid"]
+        candidates = self.candidates(self.api.pods[uid])
+        if subset and candidates and data.draw(st.booleans(), label="subset"):
+            candidates = data.draw(st.lists(st.sampled_from(candidates), unique=True), label="candidates")
+        record, declared = pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+        decision = self.loop.run(lambda: self.coordinator.filter(record, declared, candidates))
+        assert set(decision.passing) <= set(candidates)
+        reserved = self.coordinator.reservation_of(self.api.gang_of(uid) or "").get(uid)
+        if reserved is not None:
+            assert decision.passing == [reserved], "a reserved member is answered its reserved node"
+        self.answers.pop(uid, None)
+        if decision.passing:
+            self.answers[uid] = data.draw(st.sampled_from(decision.passing), label="chosen")
+
+    @precondition(lambda self: self.pending())
+    @rule(data=st.data(), claimed=st.sampled_from((None, None, None, *CLAIMED)), min_count=st.integers(1, 2))
+    def filter_pod(self, data: st.DataObject, claimed: str | None, min_count: int) -> None:
+        """One filter call; the request may name another gang than the cache has for the uid (the
+        cache must win, and the pod must never be reserved by two gangs)."""
+        obj = self.api.pods[data.draw(st.sampled_from(self.pending()))]
+        if claimed is not None:
+            obj = claiming(obj, claimed, min_count, group=claimed in GROUPS)
+        self._filter(obj, data)
+
+    @precondition(lambda self: self.pending())
+    @rule(data=st.data())
+    def scheduling_round(self, data: st.DataObject) -> None:
+        """kube-scheduler works through its queue: filter each pending pod, mostly bind it at once."""
+        for uid in self.pending():
+            if uid in self.api.pods and uid not in self.open_binds():
+                self._filter(self.api.pods[uid], data, subset=False)
+                if uid in self.answers and data.draw(st.sampled_from([True, True, False]), label="bind"):
+                    self._bind(uid, self.answers.pop(uid))
+
+    def _bind(self, uid: str, node_name: str) -> asyncio.Task[str]:
+        name, coordinator = self.api.pods[uid]["metadata"]["name"], self.coordinator
+        task = self.loop.create_task(coordinator.bind(NAMESPACE, name, uid, node_name))
+        self.binds[uid], self.bind_node[uid] = task, node_name
+        self.loop.run(lambda: None)
+        return task
+
+    @precondition(lambda self: self.answered())
+    @rule(data=st.data())
+    def bind_answered(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(self.answered()))
+        self._bind(uid, self.answers.pop(uid))
+
+    @precondition(lambda self: self.reserved_answered())
+    @rule(data=st.data())
+    def bind_on_wrong_node(self, data: st.DataObject) -> None:
+        uid = data.draw(st.sampled_from(self.reserved_answered()))
+        reserved = self.coordinator.reservation_of(self.api.gang_of(uid) or "")[uid]
+        task = self._bind(uid, data.draw(st.sampled_from([n for n in NODE_NAMES if n != reserved])))
+        assert task.done() and task.result() != "", "a bind on another node than reserved is refused"
+
+    @precondition(lambda self: self.pending())
+    @rule(data=st.data())
+    def refuse_next_binding(self, data: st.DataObject) -> None:
+        """The apiserver will refuse this pod's next binding (admission, a conflict)."""
+        self.api.refuse.add(data.draw(st.sampled_from(self.pending())))
+
+    @precondition(lambda self: self.reserved_answered())
+    @rule(data=st.data(), how=st.sampled_from(["member", "node", "timeout", "podgroup"]))
+    def release_then_bind(self, data: st.DataObject, how: str) -> None:
+        """The reservation goes between filter and bind: the member must not be bound below quorum."""
+        uid = data.draw(st.sampled_from(self.reserved_answered()))
+        gang = self.api.gang_of(uid) or ""
+        group = gang.split("/")[1]
+        reservation = self.coordinator.reservation_of(gang)
+        others = sorted(u for u in reservation if u != uid and u in self.api.pods)
+        if how == "member" and others:
+            self._pod_goes(data.draw(st.sampled_from(others)), finish=False)
+        elif how == "node":
+            self.node_changes(data.draw(st.sampled_from(sorted(set(reservation.values())))), None)
+        elif how == "podgroup" and group in self.api.podgroups:
+            self.podgroup_changes(group, "gone", False)
+        else:
+            self.loop.advance(TIMEOUT * 1.5)
+        released = uid not in self.coordinator.reservation_of(gang)
+        need = self.api.min_count(gang)
+        short = len(self.api.running(gang)) < need or (need == 0 and group in GROUPS
+                                                       and group not in self.api.podgroups)
+        task = self._bind(uid, self.answers.pop(uid))
+        if released and short:
+            assert task.done() and task.result() != "", "a released member below quorum is refused"
+            assert not self.api.pods[uid]["spec"].get("nodeName")
+
+    @precondition(lambda self: self.open_binds())
+    @rule(data=st.data())
+    def scheduler_gives_up(self, data: st.DataObject) -> None:
+        """kube-scheduler's HTTP call times out: the held bind is abandoned."""
+        self.binds[data.draw(st.sampled_from(sorted(self.open_binds())))].cancel()
+        self.loop.run(lambda: None)
+
+    # ------------------------------------------------------------------ time, watches, restarts
+    @rule(seconds=st.sampled_from([0.001, 0.01, 0.03, 0.06, 0.3]))
+    def time_passes(self, seconds: float) -> None:
+        self.loop.advance(seconds)
+
+    @rule(watch=st.sampled_from(["now", "later", "manual"]), delay=st.sampled_from([0.0, 0.0, 0.02]),
+          catch_up=st.booleans())
+    def apiserver_behaves(self, watch: str, delay: float, catch_up: bool) -> None:
+        """When bindings reach the cache, how long a binding call takes; maybe the watch catches up."""
+        self.api.watch, self.api.api_delay = watch, delay
+        if catch_up:
+            self.loop.run(self.api.deliver_all)
+
+    @precondition(lambda self: self.coordinator.reserved_nodes() or self.open_binds() or self.api.binding)
+    @rule()
+    def restart(self) -> None:
+        """Quorum restarts with gangs under way: its calls die; a new process lists the cluster.
+        (The old process's timers still fire, into a core nothing reads any more.)"""
+        self.actions.alive = False
+        self.loop.cancel_all()
+        self.coordinator = self._start()
+
+    # ------------------------------------------------------------------ invariants
+    @invariant()
+    def core_is_consistent(self) -> None:
+        assert self.loop.errors == []
+        problems = self.coordinator.check_invariants()
+        assert problems == [], problems
+
+    @invariant()
+    def one_gang_per_pod(self) -> None:
+        owner: dict[str, str] = {}
+        for gang in sorted(set(self.coordinator.gangs()) | {f"{NAMESPACE}/{g}" for g in CLAIMED}):
+            reservation = self.coordinator.reservation_of(gang)
+            assert set(self.coordinator.held_binds(gang)) <= set(reservation)
+            for uid in reservation:
+                assert uid not in owner, f"{uid} reserved by {owner.get(uid)} and {gang}"
+                owner[uid] = gang
+
+    @invariant()
+    def no_member_bound_below_quorum(self) -> None:
+        assert self.api.bound_alone == []
+
+    @invariant()
+    def settled_gangs_are_whole(self) -> None:
+        """Once no binding is under way, a gang runs with none or at least minCount members.
+
+        Gangs in ``Apiserver.disturbed`` are exempt: the scenario itself cut them short (a refused
+        or interrupted binding, a bound member finished, deleted or bound by someone else, minCount
+        raised over running members). The exemption ends when none of their members runs.
+        """
+        if self.open_binds() or self.api.binding:
+            return
+        for gang in sorted(self.api.gangs()):
+            running = len(self.api.running(gang))
+            if running == 0:
+                self.api.disturbed.discard(gang)
+            elif gang not in self.api.disturbed:
+                assert running >= self.api.min_count(gang), f"{gang}: {running} running"
+
+
+CoreMachine.TestCase.settings = settings(
+    max_examples=int(os.environ.get("QUORUM_STATEFUL_EXAMPLES", "100")),
+    stateful_step_count=40,
+    deadline=None,
+    database=None,
+    report_multiple_bugs=False,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],  # no "explain"
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestCoreStateful = CoreMachine.TestCase
