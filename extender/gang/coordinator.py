@@ -20,19 +20,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 from ..cluster.cache import (
-    CACHES_SYNCED,
-    CAPACITY_FREED,
-    GANG_CHANGED,
-    GANG_REMOVED,
-    MEMBER_READY,
-    NODE_CHANGED,
-    NODE_REMOVED,
-    POD_BOUND,
-    POD_REMOVED,
-    CacheEvent,
     ClusterCache,
 )
 from ..cluster.records import GangSpec, PodRecord
@@ -47,6 +37,7 @@ from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
 from .ledger import CapacityLedger
 from .planning import Planner
+from .reactions import CacheReactions
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
 from .state import GangState, Phase
@@ -57,7 +48,7 @@ __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed",
 log = logging.getLogger(__name__)
 
 
-class Coordinator:
+class Coordinator(CacheReactions):
     def __init__(self, config: Config, cache: ClusterCache, actions: ClusterActions, metrics: Metrics,
                  clock: Callable[[], float] = time.monotonic, strict: bool = False) -> None:
         self.cache = cache
@@ -293,139 +284,6 @@ class Coordinator:
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = self.cache.pods.get(pod.uid)
         return preemption.gang_aware(self.core, self.planner, known or pod, victims)
-
-    # ------------------------------------------------------------------ cache events
-    def on_cache_event(self, event: CacheEvent) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(self, event)
-            self._verify(event.kind)
-
-    def _on_capacity(self, event: CacheEvent) -> None:
-        self.retry.schedule_recheck()
-
-    def _on_pod_bound(self, event: CacheEvent) -> None:
-        core = self.core
-        if event.pod is not None and not core.ledger.is_inflight(event.key):
-            self._release_overcommitted(event.pod.node_name, f"pod {event.pod.key} was bound there")
-        core.ledger.clear_inflight(event.key)
-        self.binder.forget_member(event.key)
-        reservation = core.ledger.reserved_node(event.key)
-        if reservation is not None:
-            core.ledger.unreserve(event.key)  # bound by someone else, or a late watch: no double count
-            if reservation.gang in core.gangs:
-                core.sync(core.gangs[reservation.gang])
-        if event.pod is not None and event.pod.gang_key:
-            state = core.gangs.get(event.pod.gang_key)
-            if state is not None:
-                if core.running_count(state.key) >= core.min_count(state, core.cache.gang_spec(state.key)):
-                    state.failures = state.replans = state.bind_failures = 0
-                    if not state.held and not state.binds_in_flight:
-                        # At quorum (members bound elsewhere, or a late watch): what is still
-                        # reserved belongs to extras, which keep no capacity they may never use.
-                        core.ledger.release_gang(state.key)
-                    if state.deadline is not None and not core.ledger.reserved_count(state.key):
-                        state.deadline.cancel()
-                        state.deadline = None
-                core.sync(state, f"gang {state.key}: member {event.pod.key} bound")
-
-    def _on_pod_removed(self, event: CacheEvent) -> None:
-        core = self.core
-        core.ledger.clear_inflight(event.key)
-        self.binder.forget_member(event.key)
-        reservation = core.ledger.reserved_node(event.key)
-        if reservation is not None:
-            state = core.state(reservation.gang)
-            pod = event.pod.key if event.pod else event.key
-            core.release(state, f"gang {state.key}: member {pod} was deleted", "member-deleted")
-            core.sync(state)
-        if event.pod is not None and event.pod.gang_key:
-            self._settle(event.pod.gang_key)
-
-    def _on_node_removed(self, event: CacheEvent) -> None:
-        for key in self.core.ledger.gangs_on(event.key):
-            state = self.core.state(key)
-            self.core.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
-            self.core.sync(state)
-
-    def _release_overcommitted(self, node: str, why: str) -> None:
-        """A pod bound outside Quorum (another scheduler, a user's nodeName) took capacity a gang had
-        reserved: the reservation cannot hold any more, so the gang re-plans around it."""
-        ledger = self.core.ledger
-        if not ledger.gangs_on(node):
-            return
-        if not any(problem.startswith(f"node {node} ") for problem in ledger.overcommitted()):
-            return
-        for key in ledger.gangs_on(node):
-            state = self.core.state(key)
-            self.core.release(state, f"gang {key}: reserved node {node} is full ({why})", "node-changed")
-            self.core.sync(state)
-
-    def _on_node_changed(self, event: CacheEvent) -> None:
-        """A reserved node that shrank below its reservations, or moved to other domains, no longer
-        holds the placement it was chosen for: release the gangs reserved there (they re-plan)."""
-        ledger = self.core.ledger
-        if not ledger.gangs_on(event.key):
-            return
-        shrunk = any(problem.startswith(f"node {event.key} ") for problem in ledger.overcommitted())
-        for key in ledger.gangs_on(event.key):
-            state = self.core.state(key)
-            if shrunk or state.domain:
-                self.core.release(state, f"gang {key}: reserved node {event.key} changed", "node-changed")
-                self.core.sync(state)
-
-    def _on_gang_removed(self, event: CacheEvent) -> None:
-        state = self.core.gangs.get(event.key)
-        if state is not None:
-            self.core.release(state, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
-            self._settle(event.key)
-
-    def _on_gang_changed(self, event: CacheEvent) -> None:
-        core = self.core
-        state = core.gangs.get(event.key)
-        spec = core.cache.gang_spec(event.key)
-        if spec is None:
-            return
-        if state is None:
-            # A PodGroup created after its pods: they were rejected while it was missing, and
-            # kube-scheduler sees no event that would retry them. Wake them now (after the first
-            # list only: at start every gang gets its nudge once the caches have synced).
-            if core.cache.synced.get("podgroups"):
-                self.retry.nudge_gang(event.key, "its PodGroup appeared")
-            return
-        if state.spec_seen == spec:
-            return  # a status update: the declaration did not change
-        state.spec_seen = spec
-        reserved = core.ledger.reserved_count(event.key)
-        needed = spec.min_count - core.running_count(event.key)
-        if reserved and not state.binds_in_flight and needed > reserved + len(state.held):
-            core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
-        elif not reserved and not state.held and state.phase != Phase.BOUND and event.pod is None:
-            # Only a PodGroup change wakes members: members whose annotations disagree would flip
-            # the declaration on every pod update, and a nudge is itself a pod update.
-            self.retry.nudge_gang(event.key, "its declaration changed")
-        core.sync(state)
-
-    def _on_synced(self, event: CacheEvent) -> None:
-        self.retry.nudge_waiting_after_sync()
-
-    def _settle(self, key: str) -> None:
-        state = self.core.gangs.get(key)
-        if state is not None:
-            self.core.sync(state)
-            self.core.forget_if_idle(key)
-
-    _handlers: ClassVar[dict[str, Callable[[Coordinator, CacheEvent], None]]] = {
-        CAPACITY_FREED: _on_capacity,
-        MEMBER_READY: _on_capacity,
-        POD_BOUND: _on_pod_bound,
-        POD_REMOVED: _on_pod_removed,
-        NODE_REMOVED: _on_node_removed,
-        NODE_CHANGED: _on_node_changed,
-        GANG_REMOVED: _on_gang_removed,
-        GANG_CHANGED: _on_gang_changed,
-        CACHES_SYNCED: _on_synced,
-    }
 
     # ------------------------------------------------------------------ introspection
     def phase_counts(self) -> dict[str, int]:
