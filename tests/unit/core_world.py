@@ -153,9 +153,9 @@ class Apiserver:
         self.pods: dict[str, Obj] = {}
         self.podgroups: dict[str, Obj] = {}
         self.cache = ClusterCache(LEVEL_LABELS)
-        self.watch = "now"  # when a binding reaches the cache: "now", "later" (a timer) or "manual"
+        self.watch = "now"  # when new pods and bindings reach the cache: "now", "later" or "manual"
         self.api_delay = 0.0
-        self.unseen: set[str] = set()  # bound here, not yet delivered to the cache
+        self.unseen: set[str] = set()  # created or bound here, not yet delivered to the cache
         self.refuse: set[str] = set()  # uids whose next binding the apiserver refuses
         self.binding: dict[str, tuple[str | None, str]] = {}  # uid -> (gang, node) of calls under way
         self.calls: list[Call] = []
@@ -230,6 +230,16 @@ class Apiserver:
         return pod(name, gpus, first["metadata"]["annotations"] if first else annotations)
 
     # ------------------------------------------------------------------ changing it
+    def create_pod(self, obj: Obj) -> None:
+        """A new pod; its watch event may lag like a binding's."""
+        uid = obj["metadata"]["uid"]
+        self.pods[uid] = obj
+        self.unseen.add(uid)
+        if self.watch == "now":
+            self.deliver(uid)
+        elif self.watch == "later":
+            self.loop.call_later(0.005, self.deliver, uid)
+
     def put_pod(self, obj: Obj) -> None:
         self.pods[obj["metadata"]["uid"]] = obj
         self.unseen.discard(obj["metadata"]["uid"])
@@ -253,11 +263,7 @@ class Apiserver:
         obj = self.pods[uid]
         obj["spec"]["nodeName"] = node_name
         obj["status"]["phase"] = "Running"
-        self.unseen.add(uid)
-        if self.watch == "now":
-            self.deliver(uid)
-        elif self.watch == "later":
-            self.loop.call_later(0.005, self.deliver, uid)
+        self.create_pod(obj)
 
     def refusal(self, uid: str) -> str:
         """Why the apiserver refuses this binding now ("" when it accepts)."""

@@ -132,7 +132,7 @@ class CoreMachine(RuleBasedStateMachine):
         extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
         for _ in range(max(1, min_count + extra)):
             obj = self.api.new_pod(gang, gpus, min_count, rack, GROUPS)
-            self.loop.run(partial(self.api.put_pod, obj))
+            self.loop.run(partial(self.api.create_pod, obj))
 
     def _pod_goes(self, uid: str, finish: bool) -> None:
         obj = self.api.pods[uid]
@@ -201,10 +201,11 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.pending())
     @rule(data=st.data(), claimed=st.sampled_from((None, None, None, *CLAIMED)), min_count=st.integers(1, 2))
     def filter_pod(self, data: st.DataObject, claimed: str | None, min_count: int) -> None:
-        """One filter call; the request may name another gang than the cache has for the uid (the
-        cache must win, and the pod must never be reserved by two gangs)."""
+        """One filter call (perhaps for a pod the watch has not delivered yet); the request may name
+        another gang than the cache has for the uid (the cache must win, and the pod must never be
+        reserved by two gangs)."""
         obj = self.api.pods[data.draw(st.sampled_from(self.pending()))]
-        if claimed is not None:
+        if claimed is not None and obj["metadata"]["uid"] not in self.api.unseen:
             obj = claiming(obj, claimed, min_count, group=claimed in GROUPS)
         self._filter(obj, data)
 
