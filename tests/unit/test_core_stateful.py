@@ -304,7 +304,7 @@ class CoreMachine(RuleBasedStateMachine):
     # ------------------------------------------------------------------ invariants
     @invariant()
     def core_is_consistent(self) -> None:
-        assert self.loop.errors == []
+        assert self.loop.errors == [], self.loop.errors
         problems = self.coordinator.check_invariants()
         assert problems == [], problems
 
