@@ -50,6 +50,8 @@ GPUS = st.sampled_from([1, 2, 2, 4, 8])
 
 
 class CoreMachine(RuleBasedStateMachine):
+    """kube-scheduler, the apiserver and the cluster around one Quorum process (or its successor)."""
+
     def __init__(self) -> None:
         super().__init__()
         self.loop = VirtualClockLoop()
