@@ -157,7 +157,7 @@ class Binder:
         # From here the capacity is counted as in flight, not reserved: never both, never neither.
         for h in held:
             core.ledger.unreserve(h.pod.uid)
-            core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests)
+            core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests, gang=state.key)
         # A gang already running at quorum binds these as extras: no quorum batch, no Binding phase.
         counted = running < min_count
         if counted:

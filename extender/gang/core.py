@@ -73,7 +73,7 @@ class Core:
         """Members bound, as the cache sees it plus binds that succeeded but are not seen yet."""
         members = self.cache.members(key)
         bound = sum(1 for m in members if m.holds_capacity)
-        return bound + self.ledger.inflight_of(m.uid for m in members if not m.node_name)
+        return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name))
 
     def min_count(self, state: GangState, spec: GangSpec | None) -> int:
         return spec.min_count if spec is not None else state.min_count_reserved
@@ -98,6 +98,12 @@ class Core:
     def sync(self, state: GangState, reason: str = "") -> Phase:
         """Move the gang to the phase its facts imply (through the checked transition)."""
         target = derive_phase(self.facts(state))
+        if target == Phase.BOUND and state.backoff_until:
+            # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
+            state.backoff_until = 0.0
+            if state.backoff_timer is not None:
+                state.backoff_timer.cancel()
+                state.backoff_timer = None
         transition(state, target, reason, strict=self.strict, count=self._count)
         return target
 

@@ -45,6 +45,7 @@ class CapacityLedger:
         self._on_node: dict[str, dict[str, Resources]] = {}  # node -> gang -> summed requests
         self._slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
         self._inflight: dict[str, tuple[str, Resources]] = {}  # uid -> (node, requests)
+        self._inflight_gang: dict[str, str] = {}  # uid -> gang, for members bound as a gang
         self._inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
         self.reservation_version = 0
         self.inflight_version = 0
@@ -121,13 +122,18 @@ class CapacityLedger:
         return bool(self._on_node)
 
     # ----------------------------------------------------------------- in-flight binds
-    def mark_inflight(self, uid: str, node: str, requests: Resources) -> None:
-        """A bind succeeded (or is under way) that the cache has not seen: count it as used."""
+    def mark_inflight(self, uid: str, node: str, requests: Resources, gang: str | None = None) -> None:
+        """A bind succeeded (or is under way) that the cache has not seen: count it as used.
+
+        ``gang``: the member counts towards its gang running even before the watch shows the pod.
+        """
         record = self.cache.pods.get(uid)
         if record is not None and record.node_name:
             return  # the cache already counts it
         self.clear_inflight(uid)
         self._inflight[uid] = (node, requests)
+        if gang is not None:
+            self._inflight_gang[uid] = gang
         self._inflight_on_node.setdefault(node, {})[uid] = requests
         self.inflight_version += 1
 
@@ -135,6 +141,7 @@ class CapacityLedger:
         entry = self._inflight.pop(uid, None)
         if entry is None:
             return
+        self._inflight_gang.pop(uid, None)
         node = entry[0]
         per_node = self._inflight_on_node[node]
         del per_node[uid]
@@ -148,8 +155,11 @@ class CapacityLedger:
     def inflight(self) -> dict[str, str]:
         return {uid: node for uid, (node, _) in self._inflight.items()}
 
-    def inflight_of(self, uids: Iterable[str]) -> int:
-        return sum(1 for uid in uids if uid in self._inflight)
+    def inflight_of(self, gang: str, uids: Iterable[str]) -> int:
+        """In-flight binds of the gang: its members' (``uids``) and any marked with the gang."""
+        counted = {uid for uid in uids if uid in self._inflight}
+        counted.update(uid for uid, owner in self._inflight_gang.items() if owner == gang)
+        return len(counted)
 
     # ----------------------------------------------------------------- free capacity
     def free(self, node_name: str, exclude_gang: str | None) -> tuple[Resources, int] | None:

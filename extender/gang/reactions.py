@@ -144,7 +144,11 @@ class CacheReactions:
         state.spec_seen = spec
         reserved = core.ledger.reserved_count(event.key)
         needed = spec.min_count - core.running_count(event.key)
-        if reserved and not state.binds_in_flight and needed > reserved + len(state.held):
+        if (reserved or state.held) and (not spec.is_gang or spec.problem):
+            # No longer a (valid) gang: its members schedule on their own, holding nothing.
+            core.release(state, f"gang {event.key}: no longer a gang ({spec.problem or 'basic policy'})",
+                         "gang-changed")
+        elif reserved and not state.binds_in_flight and needed > reserved + len(state.held):
             core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
         elif not reserved and not state.held and state.phase != Phase.BOUND and event.pod is None:
             # Only a PodGroup change wakes members: members whose annotations disagree would flip

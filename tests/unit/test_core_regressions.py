@@ -10,9 +10,10 @@ import asyncio
 import pytest
 
 from extender.cluster.cache import CACHES_SYNCED, CacheEvent
+from extender.config import GangTimings
 from extender.gang.ledger import CapacityLedger, DoubleReservation
 
-from .fixtures import World, gang_of, make_node, typed
+from .fixtures import World, gang_of, gang_pod, make_node, make_podgroup, typed
 from .fixtures import gang_pod as pod
 from .test_coordinator import podgroup
 
@@ -208,3 +209,34 @@ async def test_a_pod_bound_outside_quorum_onto_reserved_capacity_makes_the_gang_
     assert world.coordinator.check_invariants() == []
     decision = world.filter("w0")
     assert len(decision.passing) == 1 and decision.passing != [node]
+
+
+async def test_a_podgroup_switched_to_the_basic_policy_releases_its_reservation() -> None:
+    world = World()
+    world.cache.upsert_podgroup(make_podgroup("g", 2))
+    for i in range(2):
+        world.add(gang_pod(f"g{i}", podgroup="g", gpus=8))
+    world.filter("g0")
+    assert world.coordinator.reservation_of("ml/g")
+    world.cache.upsert_podgroup(make_podgroup("g", None))
+    assert world.coordinator.reservation_of("ml/g") == {}
+    assert world.filter("g1").passing == world.names
+    assert await world.bind("g1", "b1-r1-n1") == ""
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_a_bound_gang_whose_min_count_rises_during_an_old_backoff_is_not_in_backoff() -> None:
+    now = [1000.0]
+    world = World(GangTimings(bind_timeout_seconds=0.01, backoff_base_seconds=60, backoff_max_seconds=60),
+                  clock=lambda: now[0])
+    world.cache.upsert_podgroup(make_podgroup("g", 3))
+    world.add(gang_pod("g0", podgroup="g", node_name="b0-r0-n0"))
+    for i in (1, 2):
+        world.add(gang_pod(f"g{i}", podgroup="g"))
+    world.filter("g1")
+    await world.bind("g1", world.coordinator.reservation_of("ml/g")["uid-g1"])  # 2/3: times out
+    assert world.coordinator.phase_of("ml/g") == "Backoff"
+    world.cache.upsert_podgroup(make_podgroup("g", 1))  # one member runs: Bound, backoff moot
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    world.cache.upsert_podgroup(make_podgroup("g", 3))  # raised again (strict: no illegal move)
+    assert world.coordinator.phase_of("ml/g") in ("Pending", "WaitingForMembers")
