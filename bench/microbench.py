@@ -601,8 +601,7 @@ def inprocess_main(nodes: int, pods_per_node: int, warmup: int, requests: int, p
         if verb == "filter":
             decision = coordinator.filter(args.pod, args.declared_gang, args.candidate_names)
             t2 = time.perf_counter_ns()
-            wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable,
-                               exact=decision.exact)
+            wire.filter_answer(args, decision)  # as the server's handler encodes it
         else:
             table = coordinator.prioritize(args.pod, args.candidate_names)
             t2 = time.perf_counter_ns()

@@ -139,12 +139,7 @@ def _extender_args(request: web.Request, body: bytes) -> wire.ExtenderArgs:
 async def handle_filter(request: web.Request) -> web.Response:
     args = _extender_args(request, await _body(request))
     decision = request.app[COORDINATOR].filter(args.pod, args.declared_gang, args.candidate_names)
-    if decision.reason:  # every candidate rejected for one reason: no dict of them is built
-        body = wire.rejection_result(args, decision.reason)
-    else:
-        body = wire.filter_result(args, decision.passing, decision.failed, decision.unresolvable,
-                                  exact=decision.exact)
-    response = _json(body)
+    response = _json(wire.filter_answer(args, decision))
     response.headers["X-Quorum-Outcome"] = "pass" if decision.passing else "reject"
     return response
 

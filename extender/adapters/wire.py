@@ -22,6 +22,7 @@ import orjson
 from ..cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from ..cluster.records import GangSpec, PodRecord, pod_record
 from ..cluster.resources import QuantityError
+from ..gang.gates import FilterDecision
 from .score_encoding import ScoreEncoder as ScoreEncoder
 from .score_encoding import host_priority_fragment as host_priority_fragment
 from .score_encoding import host_priority_list as host_priority_list
@@ -274,6 +275,15 @@ def filter_result(
     items = [raw for raw, name in zip(args.encoded_nodes or (), args.candidate_names, strict=True)
              if name in keep]
     return b'{"Nodes":{"metadata":{},"items":[' + b",".join(items) + b']},"NodeNames":null,' + maps[1:]
+
+
+def filter_answer(args: ExtenderArgs, decision: FilterDecision) -> bytes:
+    """The encoded answer to a filter call, in the form the decision allows: one rejection reason
+    for every candidate needs no dict of them."""
+    if decision.reason:
+        return rejection_result(args, decision.reason)
+    return filter_result(args, decision.passing, decision.failed, decision.unresolvable,
+                         exact=decision.exact)
 
 
 def rejection_result(args: ExtenderArgs, reason: str) -> bytes:
