@@ -43,7 +43,7 @@ def raw(name: str) -> bytes:
 def make_node(name: str, block: str, rack: str, *, gpus: int = 8, cpu: str = "64",
               pods: str = "110") -> dict[str, Any]:
     """A kwok Node like ``hack/gen-nodes.sh`` creates, with the three topology labels."""
-    node = load("node_kwok.json")
+    node: dict[str, Any] = load("node_kwok.json")
     meta = node["metadata"]
     meta["name"] = name
     meta["labels"].update({HOST: name, BLOCK: block, RACK: rack})
@@ -79,7 +79,7 @@ def make_pod(
     annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """A Job-owned training pod; by default outside any gang (no schedulingGroup, no annotations)."""
-    pod = load("pod_gang_member.json")
+    pod: dict[str, Any] = load("pod_gang_member.json")
     meta = pod["metadata"]
     spec = pod["spec"]
     meta.update(name=name, uid=uid, namespace=namespace, annotations=dict(annotations or {}))
@@ -117,7 +117,7 @@ def make_podgroup(name: str, min_count: int | None, *, namespace: str = "ml",
                   topology_key: str | None = None) -> dict[str, Any]:
     """A scheduling.k8s.io/v1beta1 PodGroup; ``min_count=None`` gives the basic policy."""
     if min_count is None:
-        group = load("podgroup_basic.json")
+        group: dict[str, Any] = load("podgroup_basic.json")
     else:
         group = load("podgroup_gang.json")
         group["spec"]["schedulingPolicy"]["gang"]["minCount"] = min_count
