@@ -11,10 +11,12 @@ apiserver (bindings, requeue nudges) and at the logs.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import multiprocessing
 import time
 import traceback
+import tracemalloc
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -40,9 +42,25 @@ from .payloads import (
 )
 
 __all__ = [
-    "HOST", "NODES", "PODGROUPS", "PODS", "FakeApiserver", "Quorum", "binding_args", "bound",
-    "eventually", "extender_args", "gang_pod", "load", "make_node", "make_pod", "make_podgroup",
-    "run_isolated", "running_quorum", "small_cluster",
+    "HOST",
+    "NODES",
+    "PODGROUPS",
+    "PODS",
+    "FakeApiserver",
+    "Quorum",
+    "binding_args",
+    "bound",
+    "eventually",
+    "extender_args",
+    "gang_pod",
+    "load",
+    "make_node",
+    "make_pod",
+    "make_podgroup",
+    "retained_bytes",
+    "run_isolated",
+    "running_quorum",
+    "small_cluster",
 ]
 
 NODES = "/api/v1/nodes"
@@ -154,8 +172,10 @@ class Quorum:
     api: FakeApiserver
 
     async def post(self, verb: str, body: bytes) -> tuple[int, Any]:
-        resp = await self.client.post(verb, data=body, headers={"Content-Type": "application/json"})
-        text = await resp.text()
+        # Through the session: TestClient would keep every response (and its body) until closed.
+        async with self.client.session.post(self.client.make_url(verb), data=body,
+                                            headers={"Content-Type": "application/json"}) as resp:
+            text = await resp.text()
         try:
             return resp.status, json.loads(text)
         except ValueError:
@@ -249,6 +269,19 @@ async def running_quorum(api: FakeApiserver | None = None, *, nodes: list[dict[s
         yield quorum
     finally:
         await client.close()
+
+
+async def retained_bytes(work: Coroutine[Any, Any, None]) -> int:
+    """Bytes still allocated (by anyone in this process) after ``work`` than before it."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        await work
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
 
 
 # --------------------------------------------------------------------------- isolation

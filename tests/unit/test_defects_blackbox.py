@@ -18,11 +18,13 @@ import pytest
 from .blackbox import (
     HOST,
     PODS,
+    bound,
     extender_args,
     gang_pod,
     load,
     make_node,
     make_pod,
+    retained_bytes,
     running_quorum,
 )
 
@@ -70,6 +72,53 @@ async def test_a_quantity_overflowing_the_arithmetic_is_400_not_500() -> None:
             assert status in (200, 400), doc
             if status == 200:
                 assert not doc["NodeNames"], doc  # beyond any node: never fits
+
+
+# --------------------------------------------------------------------------- the gang core
+
+
+async def test_a_pod_claimed_by_a_second_gang_never_leaves_its_first_gang_partly_bound() -> None:
+    """A pod reserved by two gangs at once; deleting a member of the second: a partial gang."""
+    async with running_quorum(bind_timeout=0.5) as quorum:
+        a0, a1 = (gang_pod(f"a{i}", gang="a", min_count=2, gpus=8) for i in range(2))
+        b1 = gang_pod("b1", gang="b", min_count=2, gpus=8)
+        quorum.api.add(PODS, a1, b1)  # a0 is not in the watch yet: it is read from the request
+        await quorum.settle()
+        node = (await quorum.filter(a0, ALL))["NodeNames"][0]  # gang a is placed, a0 and a1 reserved
+        # The same pod (same uid) is filtered again, its annotations now naming gang b.
+        await quorum.filter(gang_pod("a0", gang="b", min_count=2, gpus=8), ALL)
+        quorum.api.delete(PODS, b1)
+        await quorum.settle()
+        await quorum.bind(a0, node)  # a1 never comes to bind
+        bound = quorum.api.bound_names()
+        assert not bound or {"a0", "a1"} <= bound, f"gang a partly bound: {sorted(bound)}"
+
+
+async def test_members_whose_binds_are_in_flight_are_not_repaired_as_missing() -> None:
+    """Partial-gang repair counts members whose binds are in flight as missing and reserves fresh
+    nodes for them; pods already bound get pointless requeue patches."""
+    async with running_quorum() as quorum:
+        members = [gang_pod(f"w{i}", gang="w", min_count=4, gpus=8) for i in range(4)]
+        quorum.api.add(PODS, *members)
+        await quorum.settle()
+        await quorum.filter(members[0], ALL)
+        gang = await quorum.gang("ml/w")
+        assert gang is not None
+        nodes = dict(gang["reservation"])
+        answers = await asyncio.gather(*(quorum.bind(m, nodes[m["metadata"]["name"]]) for m in members))
+        assert answers == ["", "", "", ""]
+        for member in members[:2]:  # the watch has shown two of the four bindings so far
+            quorum.api.modify(PODS, bound(member, nodes[member["metadata"]["name"]]))
+        await quorum.settle()
+        nudged = len(quorum.api.requeued)
+        other = gang_pod("v0", gang="v", min_count=1, gpus=8)  # another gang is placed meanwhile
+        quorum.api.add(PODS, other)
+        await quorum.settle()
+        await quorum.filter(other, ALL)
+        await asyncio.sleep(0.05)
+        gang = await quorum.gang("ml/w")
+        assert gang is not None and gang["reservation"] == {}, gang
+        assert quorum.api.requeued[nudged:] == []
 
 
 # --------------------------------------------------------------------------- protocol
@@ -140,6 +189,23 @@ async def test_filter_calls_naming_gangs_that_do_not_exist_leave_no_gangs_behind
         await asyncio.sleep(0.05)
         doc = await quorum.debug_gangs()
         assert [g["gang"] for g in doc["gangs"]] == []
+
+
+async def test_unknown_node_names_on_prioritize_leave_no_state_behind() -> None:
+    """A million unknown node names sent to /prioritize leave +210 MiB in a per-name cache."""
+    async with running_quorum() as quorum:
+        pod = make_pod("p", "uid-p")
+
+        async def prioritize(first: int, count: int, chunk: int = 4000) -> None:
+            for start in range(first, first + count, chunk):
+                names = [f"unknown-{i:07d}" for i in range(start, start + chunk)]
+                status, doc = await quorum.post("/prioritize", extender_args(pod, names=names))
+                assert status == 200, doc
+
+        await prioritize(0, 12_000)  # warm-up: whatever is bounded by the cluster's size fills here
+        kept = await retained_bytes(prioritize(12_000, 60_000))
+        # 60,000 new names: the per-name cache kept about 200 bytes each (12 MiB).
+        assert kept < 2 * 2**20, f"{kept / 2**20:.1f} MiB kept after 60,000 unknown names"
 
 
 # --------------------------------------------------------------------------- peer schedulers' behaviours
