@@ -310,7 +310,11 @@ def run_isolated(scenario: Callable[[], Coroutine[Any, Any, T]], within: float) 
     try:
         if not receiver.poll(within):
             raise AssertionError(f"no result within {within:g}s: Quorum's event loop is blocked")
-        outcome, value = receiver.recv()
+        try:
+            outcome, value = receiver.recv()
+        except EOFError:  # killed by the OS (out of memory) or crashed: Quorum's process is gone
+            process.join()
+            raise AssertionError(f"the scenario's process died (exit code {process.exitcode})") from None
     finally:
         process.kill()
         process.join()
