@@ -27,6 +27,12 @@ class Outcome:
     detail: str
 
 
+def exception_type(report: str) -> str:
+    """The exception named by pytest's last report line ("tests/x.py:12: AssertionError")."""
+    lines = [line for line in report.strip().splitlines() if line.strip()]
+    return lines[-1].rsplit(": ", 1)[-1].strip() if lines else ""
+
+
 def outcome_of(case: ET.Element) -> Outcome:
     """What happened to one <testcase>: passed, failed by assertion, or errored."""
     name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name', '')}"
@@ -34,7 +40,7 @@ def outcome_of(case: ET.Element) -> Outcome:
         found = case.find(tag)
         if found is not None:
             message = (found.get("message") or "").strip()
-            kind = message.split(":", 1)[0].split()[0] if message else tag
+            kind = exception_type(found.text or "") or tag
             first_line = message.splitlines()[0] if message else ""
             if tag == "failure" and kind == "AssertionError":
                 return Outcome(name, ASSERTION, first_line)
