@@ -1,11 +1,12 @@
 """Quorum in-process as production wires it, driven only from the outside.
 
 The black-box regression tests run against this version of Quorum and against versions from before
-the gang core's redesign (``hack/regressions-on-old-code.sh`` installs a variant of the layout module
-for those). So nothing here reads Quorum's internals: the app is built by ``extender.cli.build``
-(the same wiring as the process, readiness included) with a fake apiserver in place of the
-Kubernetes client. Tests talk to it over HTTP, feed the watches, and look at what reached the
-apiserver (bindings, requeue nudges) and at the logs.
+the gang core's redesign: ``hack/regressions-on-old-code.sh`` copies this module into such a tree,
+since ``extender.cli.build`` and the Kubernetes client's methods are the same in both. So nothing
+here reads Quorum's internals. The app is built by ``extender.cli.build`` (the same wiring as the
+process, readiness included) with a recording fake in place of the Kubernetes client's methods.
+Tests talk to it over HTTP, feed the watches, and look at what reached the client (bindings,
+requeue nudges) and at the logs.
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ class FakeApiserver:
 
 @dataclass
 class Quorum:
-    """A running app: HTTP verbs and probes, plus the fake apiserver behind it."""
+    """A running app: HTTP verbs and probes, plus the fake Kubernetes client behind it."""
 
     client: TestClient[Any, Any]
     api: FakeApiserver
@@ -243,7 +244,7 @@ class _ProductionServer(TestServer):
 
 
 def build(api: FakeApiserver, config: Config) -> web.Application:
-    """The app exactly as ``extender.cli`` builds it, with the fake apiserver as its client."""
+    """The app exactly as ``extender.cli`` builds it, with the fake Kubernetes client."""
     with mock.patch.object(cli, "load_credentials", lambda _path: None), \
             mock.patch.object(cli, "KubeClient", lambda _credentials: api):
         return cli.build(config)
