@@ -154,6 +154,10 @@ class CacheReactions:
             # Only a PodGroup change wakes members: members whose annotations disagree would flip
             # the declaration on every pod update, and a nudge is itself a pod update.
             self.retry.nudge_gang(event.key, "its declaration changed")
+            # The last reason (e.g. "waiting for its PodGroup") no longer holds; a basic group's
+            # members are never filtered as a gang again, so nothing else would replace it.
+            what = "members retried" if spec.is_gang else "basic policy, members schedule on their own"
+            state.reason = f"gang {event.key}: declaration changed; {what}"
         core.sync(state)
 
     def _on_synced(self, event: CacheEvent) -> None:

@@ -104,6 +104,8 @@ async def test_pods_rejected_before_their_podgroup_existed_are_woken_when_it_app
     world.cache.upsert_podgroup(podgroup("svc", policy))
     await asyncio.sleep(0.01)
     assert sorted(world.actions.requeued) == ["s0", "s1"]
+    # The reason shown for the gang no longer says it waits for its PodGroup.
+    assert "waiting for its PodGroup" not in world.coordinator.reason_of("ml/svc")
     assert len(world.filter("s0").passing) >= 1
 
 
