@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 from mb_cluster import GANGS, SERIES_AFTER, SERIES_BASELINE, SERIES_BEFORE, Cluster, request_bodies
-from mb_measure import Profiled, per_request, rusage, summary_ms
+from mb_measure import Profiled, per_request, rusage, stop_child, summary_ms
 
 TIMING_HEADER = "X-Bench-Handler-Ns"
 
@@ -193,8 +193,5 @@ def run_http(nodes: int, pods_per_node: int, warmup: int, requests: int, profile
         client.close()
         parent.send(("stop",))
     finally:
-        proc.join(timeout=30)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
+        stop_child(proc, 30)
     return results

@@ -78,6 +78,13 @@ def per_request(before: dict[str, float], after: dict[str, float], requests: int
     return out
 
 
+def stop_child(proc: Any, timeout: float) -> None:
+    """Wait for a measured child process to finish; terminate it if it does not in time."""
+    proc.join(timeout=timeout)
+    if proc.is_alive():
+        proc.terminate()
+        proc.join()
+
 
 def in_child(target: Callable[..., None], *args: Any) -> Any:
     ctx = mp.get_context("spawn")
@@ -87,9 +94,6 @@ def in_child(target: Callable[..., None], *args: Any) -> Any:
     try:
         result = parent.recv()
     finally:
-        proc.join(timeout=60)
-        if proc.is_alive():
-            proc.terminate()
-            proc.join()
+        stop_child(proc, 60)
     return result
 
