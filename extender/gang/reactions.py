@@ -142,6 +142,7 @@ class CacheReactions:
         if state.spec_seen == spec:
             return  # a status update: the declaration did not change
         state.spec_seen = spec
+        reason = ""
         reserved = core.ledger.reserved_count(event.key)
         needed = spec.min_count - core.running_count(event.key)
         if (reserved or state.held) and (not spec.is_gang or spec.problem):
@@ -157,8 +158,8 @@ class CacheReactions:
             # The last reason (e.g. "waiting for its PodGroup") no longer holds; a basic group's
             # members are never filtered as a gang again, so nothing else would replace it.
             what = "members retried" if spec.is_gang else "basic policy, members schedule on their own"
-            state.reason = f"gang {event.key}: declaration changed; {what}"
-        core.sync(state)
+            reason = f"gang {event.key}: declaration changed; {what}"
+        core.sync(state, reason)
 
     def _on_synced(self, event: CacheEvent) -> None:
         self.retry.nudge_waiting_after_sync()
