@@ -54,9 +54,9 @@ def load_config(args: argparse.Namespace) -> cfg.Config:
 
 def build(config: cfg.Config) -> web.Application:
     credentials = load_credentials(config.kubeconfig)
-    client = KubeClient(credentials)
-    cache = ClusterCache(tuple(level.node_label for level in config.levels))
     metrics = Metrics()
+    client = KubeClient(credentials, metrics=metrics)
+    cache = ClusterCache(tuple(level.node_label for level in config.levels))
     coordinator = Coordinator(config, cache, client, metrics)
     metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count)
     informer = Informer(client, cache, metrics)

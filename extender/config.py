@@ -35,6 +35,22 @@ class GangTimings:
     max_replans: int = 3
 
 
+@dataclass(frozen=True, slots=True)
+class Lifecycle:
+    """What happens after a gang's quorum is bound (the waitForPodsReady story).
+
+    Both timeouts are off (0) by default: turning them on means Quorum may evict running pods.
+    """
+
+    pods_ready_timeout_seconds: float = 0.0  # quorum bind -> minCount members Ready; 0 = off
+    recovery_timeout_seconds: float = 0.0  # below minCount after running -> requeue; 0 = off
+    backoff_base_seconds: float = 60.0  # requeue backoff: base * 2^(n-1) + jitter, capped
+    backoff_max_seconds: float = 3600.0
+    backoff_jitter: float = 0.1  # up to this fraction of the delay is added at random
+    backoff_limit_count: int | None = None  # requeues before the gang is deactivated; None = no limit
+    replace_outside_domain: bool = True  # replacements that no longer fit the domain: re-place whole
+
+
 DEFAULT_LEVELS = (
     TopologyLevel("block", "topology.quorum.dev/block"),
     TopologyLevel("rack", "topology.quorum.dev/rack"),
@@ -49,6 +65,7 @@ class Config:
     kubeconfig: str = ""
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     gang: GangTimings = field(default_factory=GangTimings)
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
     max_request_bytes: int = 32 * 1024 * 1024
     body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
     log_level: str = "info"
@@ -139,11 +156,46 @@ def _levels(raw: Any) -> tuple[TopologyLevel, ...]:
     return tuple(levels)
 
 
+def _off_or_seconds(raw: Mapping[str, Any], key: str) -> float:
+    """A timeout that 0 (or absence) turns off."""
+    if raw.get(key, 0) == 0 and not isinstance(raw.get(key, 0), bool):
+        return 0.0
+    return _number(raw, key, "lifecycle", 0.0)
+
+
+def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
+    _check_keys(raw, {"podsReadyTimeoutSeconds", "recoveryTimeoutSeconds", "backoffBaseSeconds",
+                      "backoffMaxSeconds", "backoffJitter", "backoffLimitCount", "replaceOutsideDomain"},
+                "lifecycle")
+    jitter = raw.get("backoffJitter", 0.1)
+    if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+        raise ConfigError(f"lifecycle.backoffJitter: must be a number from 0 to 1, got {jitter!r}")
+    limit = raw.get("backoffLimitCount")
+    if limit is not None:
+        limit = _count(raw, "backoffLimitCount", "lifecycle", 0)
+    replace_outside = raw.get("replaceOutsideDomain", True)
+    if not isinstance(replace_outside, bool):
+        raise ConfigError(f"lifecycle.replaceOutsideDomain: must be true or false, got {replace_outside!r}")
+    result = Lifecycle(
+        pods_ready_timeout_seconds=_off_or_seconds(raw, "podsReadyTimeoutSeconds"),
+        recovery_timeout_seconds=_off_or_seconds(raw, "recoveryTimeoutSeconds"),
+        backoff_base_seconds=_number(raw, "backoffBaseSeconds", "lifecycle", 60.0),
+        backoff_max_seconds=_number(raw, "backoffMaxSeconds", "lifecycle", 3600.0),
+        backoff_jitter=float(jitter),
+        backoff_limit_count=limit,
+        replace_outside_domain=replace_outside,
+    )
+    if result.backoff_max_seconds < result.backoff_base_seconds:
+        raise ConfigError("lifecycle.backoffMaxSeconds: must be >= lifecycle.backoffBaseSeconds")
+    return result
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "http", "log", "debug"}, "")
+    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "http", "log", "debug"},
+                "")
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port"}, "listen")
     topology = _section(raw, "topology")
@@ -178,6 +230,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     if timings.backoff_max_seconds < timings.backoff_base_seconds:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
     config = Config(
+        lifecycle=_lifecycle(_section(raw, "lifecycle")),
         host=host,
         port=_port(listen.get("port", 8888), "listen.port"),
         kubeconfig=kubeconfig,

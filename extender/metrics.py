@@ -81,6 +81,13 @@ class Metrics:
             registry=r,
         )
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
+        self.requeues = Counter(
+            "quorum_gang_requeues_total",
+            "Started gangs evicted whole and requeued, by cause (readiness-timeout, recovery-timeout, "
+            "replace).", ["reason"], registry=r)
+        self.evictions = Counter(
+            "quorum_evictions_total", "Pods Quorum evicted, by result (evicted, refused, error).",
+            ["result"], registry=r)
         self.rechecks = Counter(
             "quorum_gang_rechecks_total",
             "Gangs asked to retry because the cluster changed right after they were rejected "
@@ -92,6 +99,13 @@ class Metrics:
             "API objects skipped because they cannot be parsed (invalid-quantity, invalid-object), "
             "or kept with a quantity clamped beyond any capacity (beyond-capacity), by kind and reason.",
             ["kind", "reason"],
+            registry=r,
+        )
+        self.events = Counter(
+            "quorum_events_total",
+            "Kubernetes Events by result: created, patched (a series count written), aggregated (a "
+            "repeat folded into an existing Event), dropped (over the rate limit) or failed (a write).",
+            ["result"],
             registry=r,
         )
         self.watch_restarts = Counter(

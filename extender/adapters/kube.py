@@ -1,4 +1,5 @@
-"""The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges.
+"""The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges, and the
+gang core's other side effects (evictions, Events, PodGroup conditions and annotations).
 
 It uses aiohttp on the server's own event loop (the official client is synchronous and would
 block it); the ``kubernetes`` package is used only to load credentials from a kubeconfig or the
@@ -11,8 +12,10 @@ import asyncio
 import logging
 import ssl
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
@@ -21,8 +24,18 @@ import orjson
 from ..cluster.gang_sources import ANNOTATION_REQUEUE
 from ..cluster.records import PodRecord
 from ..gang.coordinator import BindFailed
+from ..gang.core import EvictionFailed
+from ..gang.effects import GangCondition, ObjectRef
+from ..metrics import Metrics
+from .events import EventRecorder
 
 log = logging.getLogger(__name__)
+
+PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{name}"
+FIELD_MANAGER = "quorum"
+_WRITE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+_MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
+_CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
 
 
 class ApiError(Exception):
@@ -73,10 +86,18 @@ def load_credentials(kubeconfig: str) -> Credentials:
 
 
 class KubeClient:
-    def __init__(self, credentials: Credentials, qps_burst: int = 200) -> None:
+    def __init__(self, credentials: Credentials, qps_burst: int = 200, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        """``metrics`` (optional) counts Events by result; ``clock`` (intervals) and ``wall``
+        (timestamps written) are injectable for tests."""
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._requeue_limit = asyncio.Semaphore(qps_burst)
+        self._wall = wall
+        on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
+        self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
+        # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
+        self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -89,6 +110,7 @@ class KubeClient:
         return self._session
 
     async def close(self) -> None:
+        await self.events.close()  # before the session: its last writes need it
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -207,6 +229,107 @@ class KubeClient:
 
         log.debug("requeue", extra={"pods": len(pods), "reason": reason})
         await asyncio.gather(*(one(p) for p in pods))
+
+    async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        """One write request: its status and body. Transport errors raise (aiohttp.ClientError,
+        TimeoutError); what a status means is the caller's business."""
+        async with self.session.request(method, self._url(path), data=body, timeout=_WRITE_TIMEOUT,
+                                        headers={"Content-Type": content_type}) as resp:
+            return resp.status, await resp.read()
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        """Evict through the Eviction API, so PodDisruptionBudgets are honoured.
+
+        The uid precondition makes sure a pod recreated under the same name is never the one
+        evicted; the apiserver's conflict about it means the pod meant is gone, which is success.
+        ``grace_seconds`` overrides the pod's termination grace period (0: its node is gone).
+        """
+        pod = f"{namespace}/{name}"
+        options: dict[str, Any] = {}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if grace_seconds is not None:
+            options["gracePeriodSeconds"] = grace_seconds
+        body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
+                                "metadata": {"name": name, "namespace": namespace}}
+        if options:
+            body["deleteOptions"] = options
+        log.info("evicting pod", extra={"pod": pod, "reason": reason})
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        try:
+            status, text = await self.write("POST", path, orjson.dumps(body), "application/json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise EvictionFailed(f"evicting {pod} failed: {exc}") from exc
+        if status in (200, 201, 404):  # 404: gone already
+            return
+        message = _message(status, text)
+        if status == 409 and uid and "precondition" in message.lower() and "uid" in message.lower():
+            log.info("pod to evict was already replaced", extra={"pod": pod, "uid": uid})
+            return
+        if status == 429:
+            raise EvictionFailed(f"evicting {pod} refused, a PodDisruptionBudget does not allow it now: "
+                                 f"{message}")
+        raise EvictionFailed(f"evicting {pod} failed: {message}")
+
+    def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
+        """Queue an Event; aggregated and rate limited by ``self.events`` (never blocks or raises)."""
+        self.events.record(regarding, type_, reason, action, note)
+
+    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+        """Server-side apply Quorum's conditions to a PodGroup's status.
+
+        Apply with field manager ``quorum`` owns exactly the conditions in the list, so other
+        controllers' conditions are kept (and one Quorum stops listing is removed). The transition
+        time stays what it was while a condition's status does not change. Errors are logged only.
+        """
+        gang = f"{namespace}/{name}"
+        now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        known = self._conditions.pop(gang, {})
+        entries = []
+        for condition in conditions:
+            previous = known.get(condition.type)
+            since = previous[1] if previous is not None and previous[0] == condition.status else now
+            known[condition.type] = (condition.status, since)
+            entries.append({"type": condition.type, "status": "True" if condition.status else "False",
+                            "reason": condition.reason,
+                            "message": condition.message[:_CONDITION_MESSAGE_LIMIT],
+                            "lastTransitionTime": since})
+        self._conditions[gang] = known
+        while len(self._conditions) > _MAX_GANGS_REMEMBERED:
+            self._conditions.popitem(last=False)
+        body = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": namespace}, "status": {"conditions": entries}}
+        path = PODGROUPS.format(namespace=namespace, name=name)
+        path += f"/status?fieldManager={FIELD_MANAGER}&force=true"
+        if await self._patch_podgroup(gang, "conditions", path, body, "application/apply-patch+yaml") == 404:
+            self._conditions.pop(gang, None)
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch bookkeeping annotations on a PodGroup (None removes one); True when written.
+
+        A PodGroup that is gone is not an error; other failures are logged, and the caller, which
+        keeps the same values in memory, writes them again next time.
+        """
+        gang = f"{namespace}/{name}"
+        body = {"metadata": {"annotations": annotations}}
+        path = PODGROUPS.format(namespace=namespace, name=name)
+        status = await self._patch_podgroup(gang, "annotations", path, body, "application/merge-patch+json")
+        return status == 200
+
+    async def _patch_podgroup(self, gang: str, what: str, path: str, body: dict[str, Any],
+                              content_type: str) -> int:
+        """PATCH a PodGroup; 0 when the apiserver was not reached. Failures other than 404 (the
+        PodGroup is gone: nothing to write) are logged at warning."""
+        try:
+            status, text = await self.write("PATCH", path, orjson.dumps(body), content_type)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning(f"writing PodGroup {what} failed", extra={"gang": gang, "error": str(exc)})
+            return 0
+        if status not in (200, 201, 404):
+            log.warning(f"writing PodGroup {what} failed",
+                        extra={"gang": gang, "error": _message(status, text)})
+        return status
 
 
 def _message(status: int, body: bytes) -> str:

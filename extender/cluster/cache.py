@@ -46,6 +46,9 @@ CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped h
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
 MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
+# After the bind: a bound gang member's Ready condition changed, or it succeeded.
+MEMBER_HEALTH = "member-health"
+NODE_READINESS = "node-readiness"  # a node's Ready condition changed
 # Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
 CACHES_SYNCED = "caches-synced"
 
@@ -154,6 +157,8 @@ class ClusterCache:
             self._emit(CacheEvent(CAPACITY_FREED, record.name))
         if old is not None and (old.domains != record.domains or _shrank(old, record)):
             self._emit(CacheEvent(NODE_CHANGED, record.name))
+        if old is not None and old.ready != record.ready:
+            self._emit(CacheEvent(NODE_READINESS, record.name))
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
         for path in node.paths:
@@ -244,6 +249,10 @@ class ClusterCache:
             old is None or old.gang_key != gang_key or not old.counts_for_quorum
         ):
             self._emit(CacheEvent(MEMBER_READY, gang_key, record))
+        if gang_key and record.node_name and old is not None and (old.ready, old.succeeded) != (
+            record.ready, record.succeeded
+        ):
+            self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
         if changed_gang:
             self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
 
@@ -353,7 +362,7 @@ def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
 
 def _declared(spec: GangSpec) -> tuple[object, ...]:
     """What a gang's annotations declare (not which pod carried them, nor when it was created)."""
-    return spec.min_count, spec.is_gang, spec.required_topology, spec.preferred_topology, spec.problem
+    return spec.declaration()
 
 
 def _shrank(old: NodeRecord, new: NodeRecord) -> bool:

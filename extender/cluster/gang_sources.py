@@ -18,6 +18,12 @@ ANNOTATION_MIN_COUNT = ANNOTATION_PREFIX + "min-count"
 ANNOTATION_REQUIRED = ANNOTATION_PREFIX + "required-topology"
 ANNOTATION_PREFERRED = ANNOTATION_PREFIX + "preferred-topology"
 ANNOTATION_REQUEUE = ANNOTATION_PREFIX + "requeue"
+ANNOTATION_PODS_READY_TIMEOUT = ANNOTATION_PREFIX + "pods-ready-timeout-seconds"
+ANNOTATION_REPLACE_OUTSIDE_DOMAIN = ANNOTATION_PREFIX + "replace-outside-domain"
+# Quorum's bookkeeping on a PodGroup (written by Quorum, read back after a restart).
+ANNOTATION_REQUEUES = ANNOTATION_PREFIX + "requeue-count"
+ANNOTATION_BACKOFF_UNTIL = ANNOTATION_PREFIX + "requeue-backoff-until"  # wall-clock seconds
+ANNOTATION_DEACTIVATED = ANNOTATION_PREFIX + "deactivated"  # the reason; remove it to reactivate
 
 SOURCE_PODGROUP = "scheduling.k8s.io/v1beta1 PodGroup"
 SOURCE_ANNOTATION = "annotations"
@@ -54,7 +60,9 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
         min_count = 0
     if min_count < 1:
         problem = f"{ANNOTATION_MIN_COUNT} {raw_min!r} is not a positive integer"
+    overrides = lifecycle_overrides(annotations)
     return GangSpec(
+        **overrides,
         key=f"{meta.get('namespace', '')}/{name}",
         min_count=min_count,
         required_topology=annotations.get(ANNOTATION_REQUIRED) or None,
@@ -74,7 +82,10 @@ def spec_from_podgroup(obj: Mapping[str, Any]) -> GangSpec:
     gang = policy.get("gang")
     topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
     required = topology[0].get("key") if topology and isinstance(topology[0], Mapping) else None
+    annotations = meta.get("annotations") or {}
     return GangSpec(
+        **lifecycle_overrides(annotations),
+        **bookkeeping(annotations),
         key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         min_count=int(gang.get("minCount") or 0) if isinstance(gang, Mapping) else 1,
         is_gang=isinstance(gang, Mapping),
@@ -88,3 +99,42 @@ def spec_from_podgroup(obj: Mapping[str, Any]) -> GangSpec:
 def podgroup_key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def lifecycle_overrides(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-gang lifecycle settings; a value that does not parse is ignored (the default applies)."""
+    out: dict[str, Any] = {}
+    raw = annotations.get(ANNOTATION_PODS_READY_TIMEOUT)
+    if raw is not None:
+        seconds = _seconds(raw)
+        if seconds is not None:
+            out["pods_ready_timeout"] = seconds
+    flag = str(annotations.get(ANNOTATION_REPLACE_OUTSIDE_DOMAIN, "")).lower()
+    if flag in ("true", "false"):
+        out["replace_outside_domain"] = flag == "true"
+    return out
+
+
+def bookkeeping(annotations: Mapping[str, Any]) -> dict[str, Any]:
+    """Quorum's requeue count, backoff end and deactivation, as it wrote them on the PodGroup."""
+    out: dict[str, Any] = {}
+    try:
+        out["requeues"] = max(0, int(str(annotations.get(ANNOTATION_REQUEUES, "0"))))
+    except ValueError:
+        pass
+    until = _seconds(annotations.get(ANNOTATION_BACKOFF_UNTIL, ""))
+    if until is not None:
+        out["backoff_until"] = until
+    reason = annotations.get(ANNOTATION_DEACTIVATED)
+    if reason:
+        out["deactivated"] = str(reason)[:1024]
+    return out
+
+
+def _seconds(raw: Any) -> float | None:
+    """A non-negative finite number of seconds, else None."""
+    try:
+        value = float(str(raw))
+    except ValueError:
+        return None
+    return value if 0 <= value < 1e12 else None

@@ -22,6 +22,7 @@ class NodeRecord:
     # Interned string key of the domain at each depth ("b0", "b0/b0-r1", ...); "" where a label is
     # missing. Strings cache their hash, which keeps per-node lookups on the request path cheap.
     paths: tuple[str, ...] = ()
+    ready: bool = True  # the node's Ready condition (a node that reports none is taken as ready)
 
 
 @dataclass(slots=True)
@@ -36,6 +37,8 @@ class PodRecord:
     gang_key: str | None
     scheduler_name: str = ""
     gated: bool = False  # spec.schedulingGates set: kube-scheduler will not try it yet
+    ready: bool = False  # its Ready condition is True
+    succeeded: bool = False  # phase Succeeded (terminal, and not a failure)
 
     @property
     def key(self) -> str:
@@ -72,6 +75,18 @@ class GangSpec:
     created: str = ""
     source: str = "annotation"
     problem: str = ""  # why the declaration is invalid ("" when it is valid): the gang is Misconfigured
+    pods_ready_timeout: float | None = None  # per-gang override of lifecycle.podsReadyTimeoutSeconds
+    replace_outside_domain: bool | None = None  # per-gang override of lifecycle.replaceOutsideDomain
+    # Quorum's own bookkeeping, kept on the PodGroup so that it survives a restart (not declared
+    # by the user: a change here is not a declaration change).
+    requeues: int = 0
+    backoff_until: float = 0.0  # wall-clock seconds
+    deactivated: str = ""
+
+    def declaration(self) -> tuple[object, ...]:
+        """What the user declared: a change here re-derives the gang (and reactivates it)."""
+        return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
+                self.problem, self.pods_ready_timeout, self.replace_outside_domain)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:
@@ -87,7 +102,16 @@ def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecor
         allocatable=allocatable,
         pods_allocatable=pods,
         paths=domain_paths(domains),
+        ready=_condition(status, "Ready") not in ("False", "Unknown"),
     )
+
+
+def _condition(status: dict[str, Any], kind: str) -> str:
+    """The status ("True", "False", "Unknown") of one condition, or "" when it is absent."""
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == kind:
+            return str(condition.get("status") or "")
+    return ""
 
 
 def domain_paths(domains: tuple[str, ...]) -> tuple[str, ...]:
@@ -116,4 +140,6 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         gang_key=gang_key,
         scheduler_name=spec.get("schedulerName") or "",
         gated=bool(spec.get("schedulingGates")),
+        ready=_condition(status, "Ready") == "True",
+        succeeded=phase == "Succeeded",
     )

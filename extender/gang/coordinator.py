@@ -36,8 +36,10 @@ from .core import BindFailed, ClusterActions, Core
 from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
 from .ledger import CapacityLedger
+from .lifecycle import Lifecycle
 from .planning import Planner
 from .reactions import CacheReactions
+from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
 from .state import GangState, Phase
@@ -56,6 +58,8 @@ class Coordinator(CacheReactions):
         self.planner = Planner(self.core)
         self.binder = Binder(self.core)
         self.retry = Retry(self.core, self._nofit_unchanged)
+        self.reporter = Reporter(self.core)
+        self.lifecycle = Lifecycle(self.core, self.retry)
         self.scorer = Scorer(self.core, self._running_nodes)
         self._verify_each_call = config.check_invariants
         cache.listeners.append(self.on_cache_event)
@@ -137,6 +141,8 @@ class Coordinator(CacheReactions):
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
         if spec is self.cache.gang_spec(key):
+            if state.spec_seen is None:
+                self.lifecycle.adopt(state, spec)  # a requeue count or deactivation from before
             state.spec_seen = spec
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
@@ -155,7 +161,7 @@ class Coordinator(CacheReactions):
 
     def _run_gates(self, g: GateInput) -> FilterDecision:
         core = self.core
-        for gate in (gates.running_gate, self._reservation_gate, gates.backoff_gate):
+        for gate in (gates.deactivated_gate, gates.running_gate, self._reservation_gate, gates.backoff_gate):
             decision = gate(core, g)
             if decision is not None:
                 return decision
@@ -196,6 +202,13 @@ class Coordinator(CacheReactions):
         if isinstance(result, NoFit):
             state.reason = self.planner.remember_nofit(state, result, g.candidates)
             self.retry.note_rejection(state)
+            if state.started and bound_nodes and spec.required_topology and \
+                    self.lifecycle.replace_outside(spec):
+                # Recovery: the survivors' domain cannot take the replacements; start afresh.
+                self.lifecycle.requeue(state, f"{state.reason}; re-placing the whole gang", "replace",
+                                       backoff=False)
+                return reject_all(g.candidates, state.reason)
+            self.reporter.nofit(state)
             return reject_all(g.candidates, state.reason)
         self._reserve(state, result, pending, spec.min_count - len(bound_nodes), first_uid=g.pod.uid)
         return FilterDecision(g.candidates, [result.assignment[g.pod.uid]])

@@ -9,6 +9,7 @@ so there are no locks and no torn updates.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -17,12 +18,17 @@ from ..cluster.cache import ClusterCache
 from ..cluster.records import GangSpec, PodRecord
 from ..config import Config
 from ..metrics import Metrics
+from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
 from .state import Facts, GangState, Phase, derive_phase, transition
 
 
 class BindFailed(Exception):
     """The apiserver refused a binding."""
+
+
+class EvictionFailed(Exception):
+    """The apiserver refused an eviction (for example a PodDisruptionBudget does not allow it)."""
 
 
 class ClusterActions(Protocol):
@@ -32,10 +38,52 @@ class ClusterActions(Protocol):
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None: ...
 
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        """Evict through the Eviction API (PodDisruptionBudgets apply); a pod already gone is
+        success. Raises ``EvictionFailed`` otherwise (a budget refused it: tried again later).
+        ``grace_seconds=0`` removes a pod whose node is gone at once, as pod GC would."""
+        ...
+
+    def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str,
+                     note: str) -> None:
+        """Queue an events.k8s.io/v1 Event; repeats are aggregated, never sent one by one."""
+        ...
+
+    async def set_gang_conditions(self, namespace: str, name: str,
+                                  conditions: list[GangCondition]) -> None:
+        """Apply Quorum's conditions to a PodGroup's status (others' conditions are kept)."""
+        ...
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Set (None: remove) bookkeeping annotations on a PodGroup; whether it was written."""
+        ...
+
+
+class Reporter(Protocol):
+    """Where the core's Events go (``reporting.Reporter``): about a gang, or about one pod."""
+
+    def gang(self, state: GangState, reason: str, note: str, type_: str) -> None: ...
+
+    def pod(self, pod: PodRecord, reason: str, note: str, type_: str) -> None: ...
+
 
 def alive_count(members: Iterable[PodRecord]) -> int:
     """Members that count towards the quorum gate: bound, or pending and schedulable now."""
-    return sum(1 for m in members if m.counts_for_quorum)
+    return sum(1 for m in members if m.counts_for_quorum and not m.deleting)
+
+
+def runs(member: PodRecord) -> bool:
+    """A member that counts as running: bound, not finished and not on its way out.
+
+    A member being deleted or evicted still holds its capacity until it stops, but it is no
+    longer part of the gang: the gang's replacement must not wait for it, nor count on it.
+    """
+    return member.holds_capacity and not member.deleting
+
+
+# Told of every phase change: (gang, from, to, reason). Events and PodGroup status hang off it.
+PhaseObserver = Callable[[GangState, Phase, Phase, str], None]
 
 
 @dataclass
@@ -47,8 +95,20 @@ class Core:
     metrics: Metrics
     clock: Callable[[], float]
     strict: bool = False  # illegal transitions raise (tests) instead of being logged
+    wall: Callable[[], float] = time.time  # for what outlives the process (PodGroup annotations)
     gangs: dict[str, GangState] = field(default_factory=dict)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    observers: list[PhaseObserver] = field(default_factory=list)
+    reporter: Reporter | None = None
+
+    def note(self, state: GangState, reason: str, note: str, type_: str = NORMAL) -> None:
+        """An Event about the gang (beyond its phase changes, which observers report)."""
+        if self.reporter is not None:
+            self.reporter.gang(state, reason, note, type_)
+
+    def note_pod(self, pod: PodRecord, reason: str, note: str, type_: str = NORMAL) -> None:
+        if self.reporter is not None:
+            self.reporter.pod(pod, reason, note, type_)
 
     def spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -72,8 +132,16 @@ class Core:
     def running_count(self, key: str) -> int:
         """Members bound, as the cache sees it plus binds that succeeded but are not seen yet."""
         members = self.cache.members(key)
-        bound = sum(1 for m in members if m.holds_capacity)
+        state = self.gangs.get(key)
+        evicting = state.evicting if state is not None else ()
+        bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
         return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name))
+
+    def ready_count(self, key: str) -> int:
+        """Running members whose Ready condition is True (what the readiness timeout waits for)."""
+        state = self.gangs.get(key)
+        evicting = state.evicting if state is not None else ()
+        return sum(1 for m in self.cache.members(key) if runs(m) and m.ready and m.uid not in evicting)
 
     def min_count(self, state: GangState, spec: GangSpec | None) -> int:
         return spec.min_count if spec is not None else state.min_count_reserved
@@ -83,28 +151,49 @@ class Core:
         members = self.cache.members(state.key)
         valid = spec is not None and not spec.problem and spec.min_count >= 1
         min_count = spec.min_count if spec is not None and valid else max(state.min_count_reserved, 1)
+        running = self.running_count(state.key)
+        backing_off = state.backoff_until > self.clock()
         return Facts(
             spec_valid=valid or spec is None,
             declared=spec is not None,
             alive=alive_count(members),
-            running=self.running_count(state.key),
+            running=running,
             min_count=min_count,
             reserved=self.ledger.reserved_count(state.key),
             held=len(state.held),
             binding=state.binds_in_flight > 0,
-            backing_off=state.backoff_until > self.clock(),
+            backing_off=backing_off,
+            recovering=self.recovering(state, running, min_count) and not backing_off,
+            deactivated=bool(state.deactivated),
         )
+
+    def recovering(self, state: GangState, running: int, min_count: int) -> bool:
+        """A gang that ran at quorum and lost members, or (after being Ready) their readiness.
+
+        A gang one of whose members succeeded is finishing: members leaving it are no failure.
+        """
+        if not state.started or state.completing:
+            return False
+        if running < min_count:
+            return True
+        return state.pods_ready and self.ready_count(state.key) < min_count
 
     def sync(self, state: GangState, reason: str = "") -> Phase:
         """Move the gang to the phase its facts imply (through the checked transition)."""
         target = derive_phase(self.facts(state))
-        if target == Phase.BOUND and state.backoff_until:
-            # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
-            state.backoff_until = 0.0
-            if state.backoff_timer is not None:
-                state.backoff_timer.cancel()
-                state.backoff_timer = None
+        if target == Phase.BOUND:
+            state.started = True
+            if state.backoff_until:
+                # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
+                state.backoff_until = 0.0
+                if state.backoff_timer is not None:
+                    state.backoff_timer.cancel()
+                    state.backoff_timer = None
+        source = state.phase
         transition(state, target, reason, strict=self.strict, count=self._count)
+        if target != source:
+            for observer in self.observers:
+                observer(state, source, target, state.reason)
         return target
 
     def release(self, state: GangState, reason: str, metric_reason: str) -> None:

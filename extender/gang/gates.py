@@ -3,7 +3,8 @@
 For a gang member, the gates run in this order and the first that decides answers the call:
 
 1. ``declaration``: the gang's PodGroup must exist and its declaration must be valid; a ``basic``
-   group is not a gang, so its pods schedule like any other.
+   group is not a gang, so its pods schedule like any other. Then ``deactivated``: a gang past its
+   requeue limit is rejected until it is reactivated.
 2. ``running``: a gang already at quorum takes further members as ordinary extras.
 3. ``reservation``: a reserved member is answered its reserved node (or the gang is re-planned
    when the scheduler's own filters no longer pass that node).
@@ -140,6 +141,14 @@ def declaration_gate(core: Core, key: str, spec: GangSpec | None, pod: PodRecord
         return reject_all(candidates, f"gang {key}: {problem} ({spec.source})")
     if not spec.is_gang:
         return protect_reservations(core, pod, candidates, own_gang=key)
+    return None
+
+
+def deactivated_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    """A gang past its requeue limit is not scheduled again until reactivated."""
+    if g.state.deactivated:
+        return reject_all(g.candidates, f"gang {g.state.key}: {g.state.deactivated}; change its "
+                                        f"declaration or remove the quorum.dev/deactivated annotation")
     return None
 
 

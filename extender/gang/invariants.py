@@ -7,7 +7,7 @@ configuration runs it after every request and logs any violation.
 from __future__ import annotations
 
 from .core import Core
-from .state import Phase
+from .state import GangState, Phase
 
 
 def check_invariants(core: Core) -> list[str]:
@@ -27,6 +27,7 @@ def check_invariants(core: Core) -> list[str]:
             problems.append(f"gang {key}: reported Reserved without a reservation")
         if state.binds_in_flight < 0:
             problems.append(f"gang {key}: negative bind count")
+        problems += _lifecycle_problems(key, state, reservation)
     for uid, node in core.ledger.inflight().items():
         pod = core.cache.pods.get(uid)
         if pod is not None and pod.node_name:
@@ -40,6 +41,19 @@ def check_invariants(core: Core) -> list[str]:
         pod = core.cache.pods.get(uid)
         if pod is not None and pod.node_name:
             problems.append(f"pod {pod.key}: reserved although already bound to {pod.node_name}")
+    return problems
+
+
+def _lifecycle_problems(key: str, state: GangState, reservation: dict[str, str]) -> list[str]:
+    """After the bind: nothing held by a deactivated gang, no recovery of a gang that never ran,
+    no reservation for a member being evicted."""
+    problems = []
+    if state.phase == Phase.DEACTIVATED and (reservation or state.held):
+        problems.append(f"gang {key}: deactivated but holds a reservation or held binds")
+    if state.phase == Phase.RECOVERING and not state.started:
+        problems.append(f"gang {key}: recovering although it never ran at quorum")
+    problems += [f"pod {uid}: reserved while Quorum evicts it"
+                 for uid in state.evicting if uid in reservation]
     return problems
 
 

@@ -16,8 +16,10 @@ from ..cluster.cache import (
     CAPACITY_FREED,
     GANG_CHANGED,
     GANG_REMOVED,
+    MEMBER_HEALTH,
     MEMBER_READY,
     NODE_CHANGED,
+    NODE_READINESS,
     NODE_REMOVED,
     POD_BOUND,
     POD_REMOVED,
@@ -26,6 +28,7 @@ from ..cluster.cache import (
 )
 from .binding import Binder
 from .core import Core
+from .lifecycle import Lifecycle
 from .retry import Retry
 from .state import Phase
 
@@ -37,6 +40,7 @@ class CacheReactions:
     cache: ClusterCache
     binder: Binder
     retry: Retry
+    lifecycle: Lifecycle
 
     def _verify(self, after: str) -> None:
         raise NotImplementedError
@@ -74,6 +78,7 @@ class CacheReactions:
                         state.deadline.cancel()
                         state.deadline = None
                 core.sync(state, f"gang {state.key}: member {event.pod.key} bound")
+                self.lifecycle.review(state.key)
 
     def _on_pod_removed(self, event: CacheEvent) -> None:
         core = self.core
@@ -86,9 +91,24 @@ class CacheReactions:
             core.release(state, f"gang {state.key}: member {pod} was deleted", "member-deleted")
             core.sync(state)
         if event.pod is not None and event.pod.gang_key:
+            if event.pod.uid not in core.cache.pods:
+                self.lifecycle.forget_evicted(event.pod)  # gone for good (deleting: still marked)
+            self.lifecycle.review(event.pod.gang_key, sync=False)
             self._settle(event.pod.gang_key)
 
+    def _on_member_health(self, event: CacheEvent) -> None:
+        if event.pod is not None and event.pod.gang_key:
+            self.lifecycle.review(event.pod.gang_key)
+
+    def _on_node_readiness(self, event: CacheEvent) -> None:
+        """Members on a node that stopped (or resumed) being Ready: re-read their gangs."""
+        for key in {m.gang_key for m in self.core.cache.pods.values()
+                    if m.node_name == event.key and m.gang_key}:
+            if key:
+                self.lifecycle.review(key)
+
     def _on_node_removed(self, event: CacheEvent) -> None:
+        self.lifecycle.node_deleted(event.key)
         for key in self.core.ledger.gangs_on(event.key):
             state = self.core.state(key)
             self.core.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
@@ -132,6 +152,11 @@ class CacheReactions:
         spec = core.cache.gang_spec(event.key)
         if spec is None:
             return
+        if state is None and (spec.requeues or spec.deactivated):
+            state = core.state(event.key)  # requeued or deactivated before a restart: resume it
+            state.spec_seen = spec
+            self.lifecycle.adopt(state, spec)
+            return
         if state is None:
             # A PodGroup created after its pods: they were rejected while it was missing, and
             # kube-scheduler sees no event that would retry them. Wake them now (after the first
@@ -139,9 +164,12 @@ class CacheReactions:
             if core.cache.synced.get("podgroups"):
                 self.retry.nudge_gang(event.key, "its PodGroup appeared")
             return
-        if state.spec_seen == spec:
-            return  # a status update: the declaration did not change
+        if state.spec_seen is not None and state.spec_seen.declaration() == spec.declaration():
+            state.spec_seen = spec
+            self.lifecycle.adopt(state, spec)  # Quorum's own bookkeeping, or a status update
+            return
         state.spec_seen = spec
+        self.lifecycle.declaration_changed(state, spec)
         reason = ""
         reserved = core.ledger.reserved_count(event.key)
         needed = spec.min_count - core.running_count(event.key)
@@ -173,6 +201,8 @@ class CacheReactions:
     _handlers: ClassVar[dict[str, Callable[[CacheReactions, CacheEvent], None]]] = {
         CAPACITY_FREED: _on_capacity,
         MEMBER_READY: _on_capacity,
+        MEMBER_HEALTH: _on_member_health,
+        NODE_READINESS: _on_node_readiness,
         POD_BOUND: _on_pod_bound,
         POD_REMOVED: _on_pod_removed,
         NODE_REMOVED: _on_node_removed,

@@ -42,11 +42,16 @@ class Retry:
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:
+        """Quorum was not reached at bind in time (or re-planning failed): wait, doubling each time."""
         state.failures += 1
         timings = self.core.config.gang
         delay = min(timings.backoff_base_seconds * 2 ** (state.failures - 1), timings.backoff_max_seconds)
+        self.hold(state, delay, f"{reason}; backing off {delay:g}s")
+
+    def hold(self, state: GangState, delay: float, reason: str) -> None:
+        """Keep the gang in Backoff for ``delay`` seconds, then wake its pending members."""
         state.backoff_until = self.core.clock() + delay
-        state.reason = f"{reason}; backing off {delay:g}s"
+        state.reason = reason
         self.core.metrics.backoffs.inc()
         if state.backoff_timer is not None:
             state.backoff_timer.cancel()

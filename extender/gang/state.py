@@ -28,21 +28,36 @@ class Phase(StrEnum):
     BINDING = "Binding"
     BOUND = "Bound"
     BACKOFF = "Backoff"
+    RECOVERING = "Recovering"
+    DEACTIVATED = "Deactivated"
     MISCONFIGURED = "Misconfigured"
 
 
 P = Phase
 # Where a gang may go from each phase. Everything not listed is a bug in the core.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    P.WAITING_FOR_MEMBERS: frozenset({P.PENDING, P.RESERVED, P.BOUND, P.MISCONFIGURED}),
-    P.PENDING: frozenset({P.WAITING_FOR_MEMBERS, P.RESERVED, P.BOUND, P.MISCONFIGURED}),
+    # Waiting or Pending -> Backoff only when a restarted Quorum resumes a requeue's backoff.
+    P.WAITING_FOR_MEMBERS: frozenset({P.PENDING, P.RESERVED, P.BOUND, P.MISCONFIGURED, P.DEACTIVATED,
+                                      P.BACKOFF}),
+    P.PENDING: frozenset({P.WAITING_FOR_MEMBERS, P.RESERVED, P.BOUND, P.MISCONFIGURED, P.DEACTIVATED,
+                          P.BACKOFF}),
     P.RESERVED: frozenset({P.BINDING, P.BOUND, P.PENDING, P.WAITING_FOR_MEMBERS, P.BACKOFF,
-                           P.MISCONFIGURED}),
+                           P.MISCONFIGURED, P.DEACTIVATED}),
     P.BINDING: frozenset({P.BOUND, P.RESERVED, P.PENDING, P.WAITING_FOR_MEMBERS, P.BACKOFF,
-                          P.MISCONFIGURED}),
-    P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.MISCONFIGURED}),
-    P.BACKOFF: frozenset({P.PENDING, P.WAITING_FOR_MEMBERS, P.BOUND, P.MISCONFIGURED}),
-    P.MISCONFIGURED: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.BOUND, P.BACKOFF}),
+                          P.RECOVERING, P.MISCONFIGURED, P.DEACTIVATED}),
+    # A running gang may lose members (recovery), miss its readiness deadline (requeue: Backoff),
+    # or run out of requeues (Deactivated).
+    P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.RECOVERING, P.BACKOFF,
+                        P.MISCONFIGURED, P.DEACTIVATED}),
+    P.RECOVERING: frozenset({P.BOUND, P.BINDING, P.BACKOFF, P.WAITING_FOR_MEMBERS, P.PENDING,
+                             P.MISCONFIGURED, P.DEACTIVATED}),
+    # A recovering gang whose replacements missed the bind timeout recovers on after its backoff.
+    P.BACKOFF: frozenset({P.PENDING, P.WAITING_FOR_MEMBERS, P.BOUND, P.RECOVERING, P.MISCONFIGURED,
+                          P.DEACTIVATED}),
+    # Only a changed declaration (or the deactivation annotation removed) brings a gang back.
+    P.DEACTIVATED: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.BOUND, P.MISCONFIGURED}),
+    P.MISCONFIGURED: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.BOUND, P.BACKOFF,
+                                P.DEACTIVATED}),
 }
 
 
@@ -91,12 +106,31 @@ class GangState:
     rejected_at: float = 0.0
     bind_failures: int = 0  # members the apiserver refused after quorum (a partial gang to repair)
     spec_seen: GangSpec | None = None  # the declaration last acted on (status updates change nothing)
+    # After the bind (lifecycle.py): quorum reached since the last requeue; minCount members Ready
+    # (wall of the clock); when it fell below minCount; its pending readiness/recovery deadline.
+    started: bool = False
+    pods_ready: bool = False
+    completing: bool = False  # a member succeeded: the gang is finishing, not failing
+    recovering_since: float = 0.0
+    ready_timer: asyncio.TimerHandle | None = None
+    recovery_timer: asyncio.TimerHandle | None = None
+    requeues: int = 0
+    deactivated: str = ""  # why the gang is not scheduled again ("" when it is active)
+    deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
+    # (requeues, deactivated) Quorum last wrote on the PodGroup and has not seen come back yet:
+    # until it does, what the watch shows is older than what Quorum knows.
+    expected_bookkeeping: tuple[int, str] | None = None
+    # Conditions applied to the PodGroup, per type: (status, reason, message).
+    conditions: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
+    # Members Quorum is evicting: no longer counted as running, though the watch may not show
+    # them deleted yet (a requeued gang must not look Bound again in the meantime).
+    evicting: set[str] = field(default_factory=set)
 
     def cancel_timers(self) -> None:
-        for timer in (self.deadline, self.backoff_timer):
+        for timer in (self.deadline, self.backoff_timer, self.ready_timer, self.recovery_timer):
             if timer is not None:
                 timer.cancel()
-        self.deadline = self.backoff_timer = None
+        self.deadline = self.backoff_timer = self.ready_timer = self.recovery_timer = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,16 +146,22 @@ class Facts:
     held: int
     binding: bool
     backing_off: bool
+    recovering: bool = False  # it ran at quorum and has since lost members (or their readiness)
+    deactivated: bool = False
 
 
 def derive_phase(facts: Facts) -> Phase:
     """The phase the facts imply; ``transition`` moves the gang there."""
     if not facts.spec_valid:
         return Phase.MISCONFIGURED
+    if facts.deactivated:
+        return Phase.DEACTIVATED
     if facts.binding:
         return Phase.BINDING  # not Bound before the apiserver has accepted the quorum's binds
     if not facts.declared and not (facts.reserved or facts.held):
         return Phase.WAITING_FOR_MEMBERS  # its PodGroup does not exist (yet)
+    if facts.recovering:
+        return Phase.BINDING if facts.held else Phase.RECOVERING
     if facts.running >= facts.min_count:
         return Phase.BOUND
     if facts.held:

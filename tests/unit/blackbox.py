@@ -40,6 +40,7 @@ from .payloads import (
     make_node,
     make_pod,
     make_podgroup,
+    merge_annotations,
 )
 
 __all__ = [
@@ -94,11 +95,13 @@ class _Stream:
 
 
 class FakeApiserver:
-    """Stands in for the Kubernetes client: lists, watches, bindings and requeue nudges.
+    """Stands in for the Kubernetes client: lists, watches, bindings, requeue nudges, evictions,
+    Events, PodGroup conditions and annotations.
 
     ``objects`` is what a list answers. Events given to ``add``/``modify``/``delete`` reach the open
     watch of their kind in order; an exception given to ``break_watch`` is raised by that watch.
-    Bindings succeed and are recorded; they reach the cache only when a test delivers them.
+    Bindings and evictions succeed and are recorded; they reach the cache only when a test delivers
+    them. (Only plain values are recorded: older versions of Quorum have no types for them.)
     """
 
     def __init__(self) -> None:
@@ -106,6 +109,10 @@ class FakeApiserver:
         self.streams = {kind: _Stream() for kind in KINDS}
         self.binds: list[tuple[str, str]] = []  # (pod name, node)
         self.requeued: list[str] = []  # pod names, in order
+        self.evicted: list[tuple[str, str]] = []  # (pod name, reason), in order
+        self.events: list[tuple[str, str, str, str]] = []  # (regarding "Kind/ns/name", type, reason, note)
+        self.conditions: dict[str, dict[str, bool]] = {}  # "ns/name" -> condition type -> status
+        self.annotations: dict[str, dict[str, str]] = {}  # "ns/name" -> annotations as merged
 
     # ------------------------------------------------------------------ the client interface
     async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
@@ -136,6 +143,21 @@ class FakeApiserver:
 
     async def requeue_pods(self, pods: list[Any], reason: str) -> None:
         self.requeued.extend(pod.name for pod in pods)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        await asyncio.sleep(0)
+        self.evicted.append((name, reason))
+
+    def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
+        self.events.append((str(regarding.key), type_, reason, note))
+
+    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[Any]) -> None:
+        self.conditions[f"{namespace}/{name}"] = {str(c.type): bool(c.status) for c in conditions}
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
+        return True
 
     async def close(self) -> None:
         return None
@@ -246,7 +268,7 @@ class _ProductionServer(TestServer):
 def build(api: FakeApiserver, config: Config) -> web.Application:
     """The app exactly as ``extender.cli`` builds it, with the fake Kubernetes client."""
     with mock.patch.object(cli, "load_credentials", lambda _path: None), \
-            mock.patch.object(cli, "KubeClient", lambda _credentials: api):
+            mock.patch.object(cli, "KubeClient", lambda *_args, **_kwargs: api):
         return cli.build(config)
 
 

@@ -8,6 +8,7 @@ import pytest
 
 from extender.cluster.cache import CacheEvent, ClusterCache
 
+from .fake_kube import KubeWorld, kube_world
 from .fixtures import LEVEL_LABELS, topology_nodes
 from .server_stack import Stack, StackFactory, stack_factories
 
@@ -38,3 +39,10 @@ async def make_stack() -> AsyncIterator[StackFactory]:
 @pytest.fixture
 async def stack(make_stack: StackFactory) -> Stack:
     return await make_stack()
+
+
+@pytest.fixture
+async def kube() -> AsyncIterator[KubeWorld]:
+    """A ``KubeClient`` writing to a recording fake apiserver (see ``fake_kube``)."""
+    async with kube_world() as world:
+        yield world

@@ -22,6 +22,8 @@ from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
 from extender.topology.model import fits
 
+from .payloads import merge_annotations
+
 BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
 LEVEL_LABELS = (BLOCK, RACK, HOST)
 GPU = "nvidia.com/gpu"
@@ -55,7 +57,8 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
         self.errors: list[str] = []
         super().__init__(_JumpingSelector(self))
         self.set_task_factory(self._task)
-        self.set_exception_handler(lambda _, context: self.errors.append(context["message"]))
+        self.set_exception_handler(
+            lambda _, context: self.errors.append(f"{context['message']}: {context.get('exception')!r}"))
 
     def time(self) -> float:
         return self.now
@@ -166,6 +169,9 @@ class Apiserver:
         self.disturbed: set[str] = set()
         self._requests: dict[str, Resources] = {}
         self._seq = 0
+        self.evicted: list[str] = []
+        self.events: list[tuple[str, str]] = []
+        self.conditions: dict[tuple[str, str], bool] = {}
 
     # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
@@ -318,3 +324,26 @@ class FakeActions:
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
         self.requeued.extend(p.name for p in pods)
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        """The pod goes at once (its owner would recreate it; the scenario creates pods itself)."""
+        if self.alive and uid in self.api.pods:
+            self.api.evicted.append(uid)
+            self.api.drop_pod(uid)
+
+    def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
+        self.api.events.append((regarding.name, reason))
+
+    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[Any]) -> None:
+        for condition in conditions:
+            self.api.conditions[(name, condition.type)] = condition.status
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
+        obj = self.api.podgroups.get(name)
+        if not self.alive or obj is None:
+            return False
+        merge_annotations(obj["metadata"].setdefault("annotations", {}), annotations)
+        self.api.cache.upsert_podgroup(obj)
+        return True

@@ -17,6 +17,8 @@ from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from extender.cluster.records import GangSpec, PodRecord, pod_record
 from extender.config import Config, GangTimings
 from extender.gang.coordinator import BindFailed, Coordinator, FilterDecision
+from extender.gang.core import EvictionFailed
+from extender.gang.effects import GangCondition, ObjectRef
 from extender.metrics import Metrics
 
 from .payloads import (
@@ -35,6 +37,7 @@ from .payloads import (
     make_node,
     make_pod,
     make_podgroup,
+    merge_annotations,
     node_names,
     raw,
     topology_nodes,
@@ -48,11 +51,13 @@ __all__ = [
 
 
 class FakeActions:
-    """Stands in for the Kubernetes client: records binds and requeue nudges.
+    """Stands in for the Kubernetes client: records binds, requeue nudges, evictions, Events,
+    PodGroup conditions and annotations.
 
     ``refuse`` makes the apiserver refuse a pod's binding (BindFailed with that message); ``crash``
-    makes the call fail with an unexpected error. Binds do not reach the cache: tests deliver them
-    like a watch would, when they choose to.
+    makes the call fail with an unexpected error; a pod named in ``refuse_eviction`` is not evicted
+    (EvictionFailed, as when a PodDisruptionBudget does not allow it). Binds and evictions do not
+    reach the cache: tests deliver them like a watch would, when they choose to.
     """
 
     def __init__(self) -> None:
@@ -60,6 +65,12 @@ class FakeActions:
         self.requeues: list[tuple[list[str], str]] = []  # (pod names, reason)
         self.refuse: dict[str, str] = {}  # pod name -> error message
         self.crash: set[str] = set()
+        self.evictions: list[tuple[str, str, str, str]] = []  # (namespace, name, uid, reason)
+        self.refuse_eviction: set[str] = set()  # pod names
+        # (regarding, type, reason, action, note)
+        self.events: list[tuple[ObjectRef, str, str, str, str]] = []
+        self.conditions: dict[str, list[GangCondition]] = {}  # "namespace/name" -> last applied
+        self.annotations: dict[str, dict[str, str]] = {}  # "namespace/name" -> annotations as merged
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
@@ -71,6 +82,32 @@ class FakeActions:
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
         self.requeues.append(([p.name for p in pods], reason))
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        await asyncio.sleep(0)
+        if name in self.refuse_eviction:
+            raise EvictionFailed(f"evicting {namespace}/{name}: a PodDisruptionBudget does not allow it")
+        self.evictions.append((namespace, name, uid, reason))
+
+    def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
+        self.events.append((regarding, type_, reason, action, note))
+
+    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+        self.conditions[f"{namespace}/{name}"] = list(conditions)
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
+        return True
+
+    @property
+    def evicted(self) -> list[str]:
+        """Every pod name evicted, in order."""
+        return [name for _, name, _, _ in self.evictions]
+
+    def event_reasons(self, name: str) -> list[str]:
+        """The reasons of the Events recorded about objects named ``name``, in order."""
+        return [reason for regarding, _, reason, _, _ in self.events if regarding.name == name]
 
     @property
     def bound(self) -> list[tuple[str, str]]:

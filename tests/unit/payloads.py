@@ -113,6 +113,17 @@ def bound(pod: dict[str, Any], node: str, phase: str = "Running") -> dict[str, A
     return out
 
 
+def merge_annotations(current: dict[str, str], patch: dict[str, str | None]) -> dict[str, str]:
+    """``current`` after a JSON merge patch of annotations (None removes a key), as the apiserver
+    applies it; changed in place and returned."""
+    for key, value in patch.items():
+        if value is None:
+            current.pop(key, None)
+        else:
+            current[key] = value
+    return current
+
+
 def make_podgroup(name: str, min_count: int | None, *, namespace: str = "ml",
                   topology_key: str | None = None) -> dict[str, Any]:
     """A scheduling.k8s.io/v1beta1 PodGroup; ``min_count=None`` gives the basic policy."""

@@ -40,7 +40,9 @@ def test_every_phase_has_a_row_and_never_lists_itself() -> None:
 @pytest.mark.parametrize(("source", "target"), [
     (Phase.BACKOFF, Phase.RESERVED),  # reserving while backing off
     (Phase.PENDING, Phase.BINDING),  # binding without a reservation
-    (Phase.WAITING_FOR_MEMBERS, Phase.BACKOFF),
+    (Phase.WAITING_FOR_MEMBERS, Phase.RECOVERING),  # recovering a gang that never ran
+    (Phase.DEACTIVATED, Phase.RESERVED),  # placing a gang past its requeue limit
+    (Phase.RECOVERING, Phase.RESERVED),  # replacements are reserved inside Recovering
 ])
 def test_illegal_moves_raise_in_strict_mode_and_are_counted_otherwise(source: Phase, target: Phase) -> None:
     moves: list[tuple[Phase, Phase]] = []
@@ -60,6 +62,9 @@ def test_a_legal_move_records_its_reason() -> None:
 
 @pytest.mark.parametrize(("overrides", "phase"), [
     ({"spec_valid": False}, Phase.MISCONFIGURED),
+    ({"deactivated": True, "running": 4}, Phase.DEACTIVATED),
+    ({"recovering": True, "running": 3, "reserved": 1}, Phase.RECOVERING),
+    ({"recovering": True, "running": 3, "reserved": 1, "held": 1}, Phase.BINDING),
     ({"declared": False, "alive": 0}, Phase.WAITING_FOR_MEMBERS),
     ({"alive": 3}, Phase.WAITING_FOR_MEMBERS),
     ({}, Phase.PENDING),

@@ -1,0 +1,51 @@
+"""What the gang core asks of the cluster after the bind, as plain values.
+
+The core decides; ``adapters.kube`` carries it out. These types are the vocabulary between them:
+which object an Event is about, and which PodGroup conditions and bookkeeping annotations Quorum
+owns. Keeping them here (not in the adapter) lets the core and its tests name them without I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# PodGroup bookkeeping kept on the object itself, so a restarted Quorum resumes where it was.
+from ..cluster.gang_sources import ANNOTATION_BACKOFF_UNTIL as ANNOTATION_BACKOFF_UNTIL
+from ..cluster.gang_sources import ANNOTATION_DEACTIVATED as ANNOTATION_DEACTIVATED
+from ..cluster.gang_sources import ANNOTATION_REQUEUES as ANNOTATION_REQUEUES
+
+# Event types, as events.k8s.io/v1 spells them.
+NORMAL = "Normal"
+WARNING = "Warning"
+
+# PodGroup condition types: the native one Quorum sets because the scheduler's own gang handling
+# is off in Quorum's profile, and Quorum's own.
+CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+CONDITION_PODS_READY = "quorum.dev/PodsReady"
+CONDITION_RECOVERING = "quorum.dev/Recovering"
+CONDITION_DEACTIVATED = "quorum.dev/Deactivated"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """The object an Event is about (events.k8s.io/v1 ``regarding``)."""
+
+    kind: str  # "Pod" or "PodGroup"
+    api_version: str  # "v1" or "scheduling.k8s.io/v1beta1"
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class GangCondition:
+    """One PodGroup status condition Quorum owns (server-side applied with field manager quorum)."""
+
+    type: str
+    status: bool
+    reason: str  # CamelCase, as Kubernetes conditions require
+    message: str

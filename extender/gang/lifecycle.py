@@ -1,0 +1,299 @@
+"""After the bind: readiness timeout, recovery, requeue with backoff, deactivation.
+
+A gang that reached quorum is *started*. From then on Quorum still watches it:
+
+- **Readiness**: from the quorum bind, ``minCount`` members must become Ready within the readiness
+  timeout (``lifecycle.podsReadyTimeoutSeconds`` or the gang's annotation), else it is requeued.
+- **Recovery**: a started gang that falls below ``minCount`` running members (a pod failed, was
+  deleted or evicted, its node was deleted), or below ``minCount`` Ready ones after it had been
+  Ready, is Recovering. Replacement pods are placed near the survivors by the ordinary filter path
+  (the survivors pin the domain); members stranded on a deleted node are evicted so their owner
+  recreates them. ``lifecycle.recoveryTimeoutSeconds`` bounds the wait, then the gang is requeued.
+- **Requeue**: every running member is evicted through the Eviction API (the owning controller
+  recreates them) and the gang backs off ``base * 2^(n-1)`` plus jitter, capped; past
+  ``backoffLimitCount`` requeues it is deactivated instead, until its declaration changes or the
+  deactivation annotation is removed. Count, backoff end and deactivation are written on the
+  PodGroup, so a restarted Quorum resumes them.
+
+Nothing here changes a phase directly: it changes facts (started, Ready, backoff, deactivated) and
+lets ``Core.sync`` derive the phase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+
+from ..cluster.gang_sources import SOURCE_PODGROUP
+from ..cluster.records import GangSpec, PodRecord
+from .core import Core, EvictionFailed, runs
+from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
+from .retry import Retry
+from .state import GangState, Phase
+
+log = logging.getLogger(__name__)
+
+EVICTION_ATTEMPTS = 12  # a PodDisruptionBudget may refuse for a while: try for about a minute
+EVICTION_RETRY_SECONDS = 5.0
+
+
+class Lifecycle:
+    def __init__(self, core: Core, retry: Retry, rand: Callable[[], float] = random.random) -> None:
+        self.core = core
+        self.retry = retry
+        self._rand = rand
+        core.observers.append(self.on_phase)
+
+    # ------------------------------------------------------------------ settings
+    def ready_timeout(self, spec: GangSpec | None) -> float:
+        if spec is not None and spec.pods_ready_timeout is not None:
+            return spec.pods_ready_timeout
+        return self.core.config.lifecycle.pods_ready_timeout_seconds
+
+    def replace_outside(self, spec: GangSpec | None) -> bool:
+        if spec is not None and spec.replace_outside_domain is not None:
+            return spec.replace_outside_domain
+        return self.core.config.lifecycle.replace_outside_domain
+
+    def backoff_delay(self, requeues: int) -> float:
+        """``base * 2^(n-1)``, capped, plus up to ``jitter`` of it at random (n = this requeue)."""
+        cfg = self.core.config.lifecycle
+        delay: float = min(cfg.backoff_base_seconds * 2.0 ** max(requeues - 1, 0), cfg.backoff_max_seconds)
+        return delay + delay * cfg.backoff_jitter * self._rand()
+
+    # ------------------------------------------------------------------ phase changes
+    def on_phase(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
+        """Arm and disarm the readiness and recovery deadlines as the gang moves."""
+        if target == Phase.BOUND:
+            self._cancel(state, recovery=True)
+            state.recovering_since = 0.0
+            self.review(state.key, sync=False)
+            if not state.pods_ready and state.ready_timer is None:
+                self._arm_ready(state)
+        elif target == Phase.RECOVERING:
+            if not state.recovering_since:
+                state.recovering_since = self.core.clock()
+                log.info("gang recovering", extra={"gang": state.key, "reason": reason})
+            timeout = self.core.config.lifecycle.recovery_timeout_seconds
+            if timeout and state.recovery_timer is None:
+                state.recovery_timer = asyncio.get_running_loop().call_later(
+                    timeout, self._recovery_expired, state.key)
+        elif target in (Phase.BACKOFF, Phase.DEACTIVATED, Phase.PENDING, Phase.WAITING_FOR_MEMBERS):
+            if not state.started:
+                self._cancel(state, ready=True, recovery=True)
+                state.recovering_since = 0.0
+
+    def review(self, key: str, sync: bool = True) -> None:
+        """Re-read a gang's members: a started gang may be Ready at quorum, finishing, or losing
+        members; then (with ``sync``) its phase follows."""
+        core = self.core
+        state = core.gangs.get(key)
+        if state is None:
+            return
+        if state.started:
+            self._note_health(state)
+        if sync:
+            core.sync(state)
+
+    def _note_health(self, state: GangState) -> None:
+        core, key = self.core, state.key
+        members = core.cache.members(key)
+        if any(m.succeeded for m in members):
+            state.completing = True
+            self._cancel(state, ready=True, recovery=True)
+        spec = core.cache.gang_spec(key)
+        min_count = core.min_count(state, spec)
+        if not state.pods_ready and min_count and core.ready_count(key) >= min_count:
+            state.pods_ready = True
+            self._cancel(state, ready=True)
+            log.info("gang pods ready", extra={"gang": key})
+            core.note(state, "PodsReady", f"gang {key}: {min_count} members Ready")
+
+    # ------------------------------------------------------------------ deadlines
+    def _arm_ready(self, state: GangState) -> None:
+        timeout = self.ready_timeout(self.core.cache.gang_spec(state.key))
+        if timeout > 0:
+            state.ready_timer = asyncio.get_running_loop().call_later(timeout, self._ready_expired, state.key)
+
+    def _cancel(self, state: GangState, ready: bool = False, recovery: bool = False) -> None:
+        if ready and state.ready_timer is not None:
+            state.ready_timer.cancel()
+            state.ready_timer = None
+        if recovery and state.recovery_timer is not None:
+            state.recovery_timer.cancel()
+            state.recovery_timer = None
+
+    def _fired(self, key: str, timer: str) -> GangState | None:
+        """The gang whose deadline fired (its timer handle cleared), if Quorum still tracks it."""
+        state = self.core.gangs.get(key)
+        if state is not None:
+            setattr(state, timer, None)
+        return state
+
+    def _ready_expired(self, key: str) -> None:
+        core = self.core
+        state = self._fired(key, "ready_timer")
+        if state is None or not state.started or state.pods_ready or state.completing:
+            return
+        spec = core.cache.gang_spec(key)
+        timeout = self.ready_timeout(spec)
+        ready, needed = core.ready_count(key), core.min_count(state, spec)
+        self.requeue(state, f"gang {key}: {ready}/{needed} members Ready within {timeout:g}s of the "
+                            f"quorum bind (readiness timeout)", "readiness-timeout")
+
+    def _recovery_expired(self, key: str) -> None:
+        core = self.core
+        state = self._fired(key, "recovery_timer")
+        if state is None or state.phase not in (Phase.RECOVERING, Phase.BINDING) or not state.started:
+            return
+        timeout = core.config.lifecycle.recovery_timeout_seconds
+        running = core.running_count(key)
+        needed = core.min_count(state, core.cache.gang_spec(key))
+        self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running}/{needed} members "
+                            f"running)", "recovery-timeout")
+
+    # ------------------------------------------------------------------ requeue
+    def requeue(self, state: GangState, reason: str, why: str, backoff: bool = True) -> None:
+        """Evict every running member and back the gang off, or deactivate it past the limit.
+
+        Without ``backoff`` (re-placing a gang whose domain cannot take its replacements) the
+        gang is placed again at once and the requeue count does not grow.
+        """
+        core = self.core
+        # Running members, and those whose bind succeeded before the watch showed it.
+        victims = [m for m in core.cache.members(state.key) if runs(m) or core.ledger.is_inflight(m.uid)]
+        self.evict(victims, reason)  # marked at once: from here they no longer count as running
+        core.release(state, reason, "requeue")
+        self._cancel(state, ready=True, recovery=True)
+        state.started = state.pods_ready = False
+        state.recovering_since = 0.0
+        limit = core.config.lifecycle.backoff_limit_count
+        core.metrics.requeues.labels(why).inc()
+        if not backoff:
+            core.note(state, "Replacing", reason, WARNING)
+            core.sync(state, reason)
+        elif limit is not None and state.requeues >= limit:
+            state.deactivated = f"{reason}; deactivated after {state.requeues} requeue(s)"
+            self.persist(state, {ANNOTATION_DEACTIVATED: state.deactivated})
+            log.warning("gang deactivated", extra={"gang": state.key, "reason": state.deactivated})
+            core.sync(state, f"gang {state.key}: {state.deactivated}")
+        else:
+            state.requeues += 1
+            delay = self.backoff_delay(state.requeues)
+            self.persist(state, {ANNOTATION_REQUEUES: str(state.requeues),
+                                 ANNOTATION_BACKOFF_UNTIL: f"{core.wall() + delay:.3f}"})
+            log.warning("gang requeued", extra={"gang": state.key, "reason": reason,
+                                                "requeues": state.requeues, "seconds": delay})
+            core.note(state, "Requeued", f"{reason}; requeue {state.requeues}, backing off {delay:.0f}s",
+                      WARNING)
+            self.retry.hold(state, delay, f"{reason}; requeued ({state.requeues}), backing off {delay:.0f}s")
+
+    def evict(self, victims: list[PodRecord], reason: str, force: bool = False) -> None:
+        for pod in victims:
+            state = self.core.gangs.get(pod.gang_key or "")
+            if state is not None:
+                state.evicting.add(pod.uid)
+        if victims:
+            self.core.spawn(self._evict_all(victims, reason, force))
+
+    def forget_evicted(self, pod: PodRecord) -> None:
+        """The watch shows an evicted member gone or on its way out: it no longer needs a mark."""
+        state = self.core.gangs.get(pod.gang_key or "")
+        if state is not None:
+            state.evicting.discard(pod.uid)
+
+    async def _evict_all(self, victims: list[PodRecord], reason: str, force: bool) -> None:
+        await asyncio.gather(*(self._evict_one(pod, reason, force) for pod in victims))
+
+    async def _evict_one(self, pod: PodRecord, reason: str, force: bool) -> None:
+        core = self.core
+        for attempt in range(EVICTION_ATTEMPTS):
+            try:
+                await core.actions.evict_pod(pod.namespace, pod.name, pod.uid, reason,
+                                             grace_seconds=0 if force else None)
+            except EvictionFailed as exc:
+                log.info("eviction refused",
+                         extra={"pod": pod.key, "attempt": attempt + 1, "error": str(exc)})
+                await asyncio.sleep(EVICTION_RETRY_SECONDS)
+                continue
+            except Exception as exc:  # the apiserver unreachable: the next requeue/recovery tries again
+                log.warning("eviction failed", extra={"pod": pod.key, "error": str(exc)})
+                core.metrics.evictions.labels("error").inc()
+                self.forget_evicted(pod)
+                return
+            core.metrics.evictions.labels("evicted").inc()
+            core.note_pod(pod, "Evicted", reason, WARNING)
+            return
+        core.metrics.evictions.labels("refused").inc()
+        self.forget_evicted(pod)
+        core.note_pod(pod, "EvictionRefused", f"{reason}; eviction refused {EVICTION_ATTEMPTS} times",
+                      WARNING)
+
+    def node_deleted(self, node: str) -> None:
+        """Members bound to a node that is gone will never run again: remove them now (as pod GC
+        would, about a minute later) so that their owners create replacements."""
+        core = self.core
+        stranded = [m for key in list(core.gangs) for m in core.cache.members(key)
+                    if m.node_name == node and runs(m)]
+        if stranded:
+            self.evict(stranded, f"node {node} was deleted", force=True)
+        for key in sorted({m.gang_key for m in stranded if m.gang_key}):
+            self.review(key)  # they no longer count as running: the gang is recovering
+
+    # ------------------------------------------------------------------ bookkeeping
+    def persist(self, state: GangState, annotations: dict[str, str | None]) -> None:
+        """Write requeue bookkeeping on the gang's PodGroup (annotation gangs keep it in memory)."""
+        spec = self.core.cache.gang_spec(state.key)
+        if spec is None or spec.source != SOURCE_PODGROUP:
+            return
+        expected = (state.requeues, state.deactivated)
+        state.expected_bookkeeping = expected
+        self.core.spawn(self._write(state, annotations, expected))
+
+    async def _write(self, state: GangState, annotations: dict[str, str | None],
+                     expected: tuple[int, str]) -> None:
+        namespace, name = state.key.split("/", 1)
+        written = await self.core.actions.annotate_gang(namespace, name, annotations)
+        if not written and state.expected_bookkeeping == expected:
+            state.expected_bookkeeping = None  # it will never come back: trust the watch again
+
+    def adopt(self, state: GangState, spec: GangSpec) -> None:
+        """Take over the bookkeeping an earlier instance (or this one) wrote on the PodGroup."""
+        core = self.core
+        if state.expected_bookkeeping is not None:
+            if state.expected_bookkeeping != (spec.requeues, spec.deactivated):
+                return  # the watch has not delivered Quorum's own last write yet
+            state.expected_bookkeeping = None
+        if spec.requeues > state.requeues:
+            state.requeues = spec.requeues
+            left = spec.backoff_until - core.wall()
+            if left > 0 and state.backoff_until <= core.clock():
+                self.retry.hold(state, left, f"gang {state.key}: requeued ({spec.requeues}), backing off "
+                                             f"{left:.0f}s (resumed)")
+        if spec.deactivated:
+            state.deactivation_seen = True
+            if not state.deactivated:
+                state.deactivated = spec.deactivated
+                core.sync(state, f"gang {state.key}: {spec.deactivated}")
+        elif state.deactivated and state.deactivation_seen:
+            self._reactivate(state, "its deactivation annotation was removed")
+
+    def declaration_changed(self, state: GangState, spec: GangSpec) -> None:
+        """A changed declaration is a new start: quorum must be reached again; deactivation ends."""
+        if self.core.running_count(state.key) < spec.min_count:
+            state.started = state.pods_ready = False
+        if state.deactivated:
+            self._reactivate(state, "its declaration changed")
+            return
+        self.adopt(state, spec)
+
+    def _reactivate(self, state: GangState, why: str) -> None:
+        state.deactivated = ""
+        state.deactivation_seen = False
+        state.requeues = 0
+        self.persist(state, {ANNOTATION_DEACTIVATED: None, ANNOTATION_REQUEUES: None,
+                             ANNOTATION_BACKOFF_UNTIL: None})
+        self.core.sync(state, f"gang {state.key}: reactivated ({why})")
+        self.retry.nudge_gang(state.key, "reactivated")

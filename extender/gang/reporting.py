@@ -1,0 +1,126 @@
+"""What users see of Quorum's decisions: Events and PodGroup conditions.
+
+Every phase change becomes an Event with the same reason text filter gives, on the gang's PodGroup
+or, for a gang declared by annotations, on its first member by name (one object per gang, so a
+gang of 256 does not write 256 Events per step). Repeats are aggregated by the Event recorder in
+``adapters``. PodGroup gangs also get conditions: the native ``PodGroupInitiallyScheduled`` (set
+by Quorum because the scheduler's own gang handling is off in its profile) and Quorum's own.
+A condition is written only when its status or reason changes.
+"""
+
+from __future__ import annotations
+
+from ..cluster.gang_sources import SOURCE_PODGROUP
+from ..cluster.records import PodRecord
+from .core import Core
+from .effects import (
+    CONDITION_DEACTIVATED,
+    CONDITION_INITIALLY_SCHEDULED,
+    CONDITION_PODS_READY,
+    CONDITION_RECOVERING,
+    NORMAL,
+    WARNING,
+    GangCondition,
+    ObjectRef,
+)
+from .state import GangState, Phase
+
+PODGROUP_API = "scheduling.k8s.io/v1beta1"
+
+# Event (type, reason, action) for each phase a gang enters.
+PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
+    Phase.WAITING_FOR_MEMBERS: (NORMAL, "WaitingForMembers", "Wait"),
+    Phase.PENDING: (NORMAL, "Pending", "Place"),
+    Phase.RESERVED: (NORMAL, "Reserved", "Reserve"),
+    Phase.BINDING: (NORMAL, "Binding", "Bind"),
+    Phase.BOUND: (NORMAL, "Bound", "Bind"),
+    Phase.BACKOFF: (WARNING, "BackOff", "Requeue"),
+    Phase.RECOVERING: (WARNING, "Recovering", "Recover"),
+    Phase.DEACTIVATED: (WARNING, "Deactivated", "Deactivate"),
+    Phase.MISCONFIGURED: (WARNING, "Misconfigured", "Validate"),
+}
+
+
+class Reporter:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        core.observers.append(self.phase_changed)
+        core.reporter = self
+
+    # ------------------------------------------------------------------ Events
+    def gang(self, state: GangState, reason: str, note: str, type_: str) -> None:
+        target = self._target(state.key)
+        if target is not None:
+            self.core.actions.record_event(target, type_, reason, reason, note or state.key)
+        self.conditions(state)
+
+    def pod(self, pod: PodRecord, reason: str, note: str, type_: str) -> None:
+        ref = ObjectRef("Pod", "v1", pod.namespace, pod.name, pod.uid)
+        self.core.actions.record_event(ref, type_, reason, reason, note)
+
+    def _target(self, key: str) -> ObjectRef | None:
+        spec = self.core.cache.gang_spec(key)
+        namespace, name = key.split("/", 1)
+        if spec is not None and spec.source == SOURCE_PODGROUP:
+            return ObjectRef("PodGroup", PODGROUP_API, namespace, name)
+        members = self.core.cache.members(key)
+        if not members:
+            return None
+        first = min(members, key=lambda m: m.name)
+        return ObjectRef("Pod", "v1", first.namespace, first.name, first.uid)
+
+    # ------------------------------------------------------------------ phase changes
+    def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
+        type_, event_reason, action = PHASE_EVENTS[target]
+        ref = self._target(state.key)
+        if ref is not None:
+            self.core.actions.record_event(ref, type_, event_reason, action,
+                                           reason or f"gang {state.key}: {target}")
+        self.conditions(state)
+
+    def nofit(self, state: GangState) -> None:
+        """A gang that does not fit stays Pending: its shortfall is worth an Event all the same."""
+        self.gang(state, "NoFit", state.reason, NORMAL)
+        self.conditions(state)
+
+    def conditions(self, state: GangState) -> None:
+        """Apply the conditions that changed (PodGroup gangs only; annotation gangs have Events)."""
+        spec = self.core.cache.gang_spec(state.key)
+        if spec is None or spec.source != SOURCE_PODGROUP:
+            return
+        applied = state.conditions
+        wanted = [c for c in self._wanted(state) if applied.get(c.type, ())[:2] != (c.status, c.reason)]
+        if not wanted:
+            return
+        for c in wanted:
+            state.conditions[c.type] = (c.status, c.reason, c.message)
+        # Server-side apply owns what it is sent: the whole set goes every time, or the conditions
+        # left out would be removed.
+        full = [GangCondition(kind, status, reason, message)
+                for kind, (status, reason, message) in sorted(state.conditions.items())]
+        namespace, name = state.key.split("/", 1)
+        self.core.spawn(self.core.actions.set_gang_conditions(namespace, name, full))
+
+    def _wanted(self, state: GangState) -> list[GangCondition]:
+        out: list[GangCondition] = []
+        text = state.reason or f"gang {state.key}: {state.phase}"
+        scheduled = state.conditions.get(CONDITION_INITIALLY_SCHEDULED, (False, "", ""))[0]
+        if state.started and not scheduled:
+            out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, True, "Scheduled", text))
+        elif not scheduled and state.phase in (Phase.PENDING, Phase.BACKOFF, Phase.WAITING_FOR_MEMBERS):
+            out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, False, "Unschedulable", text))
+        if state.pods_ready and state.phase == Phase.BOUND:
+            out.append(GangCondition(CONDITION_PODS_READY, True, "PodsReady", text))
+        elif state.started:
+            why = "WaitForPodsRecovery" if state.phase == Phase.RECOVERING else "WaitForPodsStart"
+            out.append(GangCondition(CONDITION_PODS_READY, False, why, text))
+        elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in state.conditions:
+            out.append(GangCondition(CONDITION_PODS_READY, False, "Requeued", text))
+        recovering = state.phase == Phase.RECOVERING
+        if recovering or CONDITION_RECOVERING in state.conditions:
+            out.append(GangCondition(CONDITION_RECOVERING, recovering,
+                                     "MembersLost" if recovering else "NotRecovering", text))
+        if state.deactivated or CONDITION_DEACTIVATED in state.conditions:
+            out.append(GangCondition(CONDITION_DEACTIVATED, bool(state.deactivated),
+                                     "RequeueLimitExceeded" if state.deactivated else "Active", text))
+        return out

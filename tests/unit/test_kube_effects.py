@@ -1,0 +1,150 @@
+"""Evictions and PodGroup writes as ``KubeClient`` sends them, against a recording fake apiserver
+(``fake_kube``): the gang core's side effects other than Events (``test_kube_events``)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from extender.adapters.kube import Credentials, KubeClient
+from extender.gang.core import EvictionFailed
+from extender.gang.effects import GangCondition
+
+from .fake_kube import KubeWorld, Request
+
+PODGROUP = "/apis/scheduling.k8s.io/v1beta1/namespaces/ml/podgroups/trainer"
+EVICTION = "/api/v1/namespaces/ml/pods/trainer-0/eviction"
+
+
+# --------------------------------------------------------------------------- evictions
+
+
+async def test_eviction_posts_a_policy_v1_eviction_guarded_by_the_pod_uid(kube: KubeWorld) -> None:
+    await kube.client.evict_pod("ml", "trainer-0", "uid-0", "gang ml/trainer is requeued")
+    [request] = kube.api.requests
+    assert (request.method, request.path, request.content_type) == ("POST", EVICTION, "application/json")
+    assert request.body == {"apiVersion": "policy/v1", "kind": "Eviction",
+                            "metadata": {"name": "trainer-0", "namespace": "ml"},
+                            "deleteOptions": {"preconditions": {"uid": "uid-0"}}}
+
+
+async def test_forced_eviction_sets_a_zero_grace_period(kube: KubeWorld) -> None:
+    await kube.client.evict_pod("ml", "trainer-0", "uid-0", "node gone", grace_seconds=0)
+    assert kube.api.requests[0].body["deleteOptions"] == {"preconditions": {"uid": "uid-0"},
+                                                             "gracePeriodSeconds": 0}
+
+
+@pytest.mark.parametrize("status, message", [
+    (200, ""),
+    (404, 'pods "trainer-0" not found'),
+    (409, 'Operation cannot be fulfilled on pods "trainer-0": Precondition failed: UID in precondition: '
+          'uid-0, UID in object meta: uid-1'),
+])
+async def test_eviction_of_a_pod_that_is_gone_or_replaced_succeeds(kube: KubeWorld, status: int,
+                                                                   message: str) -> None:
+    kube.api.answers[("POST", EVICTION)] = (status, message)
+    await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue")
+    assert len(kube.api.requests) == 1
+
+
+@pytest.mark.parametrize("status, message, expected", [
+    (429, "Cannot evict pod as it would violate the pod's disruption budget.", "PodDisruptionBudget"),
+    (409, 'Operation cannot be fulfilled on poddisruptionbudgets "pdb": the object has been modified',
+     "the object has been modified"),
+    (500, "etcdserver: request timed out", "etcdserver: request timed out"),
+])
+async def test_eviction_refused_raises_eviction_failed(kube: KubeWorld, status: int, message: str,
+                                                       expected: str) -> None:
+    kube.api.answers[("POST", EVICTION)] = (status, message)
+    with pytest.raises(EvictionFailed, match=expected):
+        await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue")
+
+
+async def test_eviction_without_an_apiserver_raises_eviction_failed() -> None:
+    client = KubeClient(Credentials("http://127.0.0.1:1", False, {}))
+    try:
+        with pytest.raises(EvictionFailed, match="trainer-0"):
+            await client.evict_pod("ml", "trainer-0", "uid-0", "requeue")
+    finally:
+        await client.close()
+
+
+# --------------------------------------------------------------------------- PodGroup conditions
+
+
+def conditions_sent(request: Request) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c["reason"], c["lastTransitionTime"])
+            for c in request.body["status"]["conditions"]}
+
+
+async def test_conditions_are_applied_with_stable_transition_times(kube: KubeWorld) -> None:
+    scheduled = GangCondition("PodGroupInitiallyScheduled", True, "Scheduled", "8/8 bound")
+    ready = GangCondition("quorum.dev/PodsReady", False, "Waiting", "0/8 ready")
+    await kube.client.set_gang_conditions("ml", "trainer", [scheduled, ready])
+    [first] = kube.api.requests
+    assert (first.method, first.path, first.content_type) == (
+        "PATCH", f"{PODGROUP}/status", "application/apply-patch+yaml")
+    assert first.query == {"fieldManager": "quorum", "force": "true"}
+    assert first.body == {
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "trainer", "namespace": "ml"},
+        "status": {"conditions": [
+            {"type": "PodGroupInitiallyScheduled", "status": "True", "reason": "Scheduled",
+             "message": "8/8 bound", "lastTransitionTime": "2026-11-23T18:00:00Z"},
+            {"type": "quorum.dev/PodsReady", "status": "False", "reason": "Waiting",
+             "message": "0/8 ready", "lastTransitionTime": "2026-11-23T18:00:00Z"}]},
+    }
+    kube.clock.now += 90
+    await kube.client.set_gang_conditions("ml", "trainer", [
+        GangCondition(scheduled.type, True, "Scheduled", "8/8 bound, 1 replaced"),
+        GangCondition(ready.type, True, "AllReady", "8/8 ready")])
+    assert conditions_sent(kube.api.requests[1]) == {
+        scheduled.type: ("True", "Scheduled", "2026-11-23T18:00:00Z"),  # status unchanged: time kept
+        ready.type: ("True", "AllReady", "2026-11-23T18:01:30Z"),
+    }
+
+
+async def test_conditions_of_a_deleted_podgroup_are_ignored(kube: KubeWorld,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    kube.api.answers[("PATCH", f"{PODGROUP}/status")] = (404, "podgroups not found")
+    condition = GangCondition("quorum.dev/PodsReady", True, "AllReady", "")
+    with caplog.at_level(logging.WARNING):
+        await kube.client.set_gang_conditions("ml", "trainer", [condition])
+    assert not caplog.records
+    kube.clock.now += 5  # a PodGroup of the same name later starts afresh
+    del kube.api.answers[("PATCH", f"{PODGROUP}/status")]
+    await kube.client.set_gang_conditions("ml", "trainer", [condition])
+    assert conditions_sent(kube.api.requests[1])[condition.type][2] == "2026-11-23T18:00:05Z"
+
+
+async def test_condition_errors_are_logged_not_raised(kube: KubeWorld,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    kube.api.answers[("PATCH", f"{PODGROUP}/status")] = (422, "reason: Invalid value")
+    with caplog.at_level(logging.WARNING):
+        await kube.client.set_gang_conditions("ml", "trainer", [GangCondition("X", True, "Y", "")])
+    assert [r.getMessage() for r in caplog.records] == ["writing PodGroup conditions failed"]
+
+
+# --------------------------------------------------------------------------- PodGroup annotations
+
+
+async def test_annotations_are_merge_patched_with_null_deleting(kube: KubeWorld) -> None:
+    written = await kube.client.annotate_gang("ml", "trainer", {"quorum.dev/requeue-count": "2",
+                                                                   "quorum.dev/deactivated": None})
+    [request] = kube.api.requests
+    assert written is True
+    assert (request.method, request.path, request.content_type) == (
+        "PATCH", PODGROUP, "application/merge-patch+json")
+    assert request.body == {"metadata": {"annotations": {"quorum.dev/requeue-count": "2",
+                                                         "quorum.dev/deactivated": None}}}
+
+
+@pytest.mark.parametrize("status, logged", [(404, False), (403, True), (500, True)])
+async def test_annotations_not_written_return_false(kube: KubeWorld, caplog: pytest.LogCaptureFixture,
+                                                    status: int, logged: bool) -> None:
+    kube.api.answers[("PATCH", PODGROUP)] = (status, "no")
+    with caplog.at_level(logging.WARNING):
+        written = await kube.client.annotate_gang("ml", "trainer", {"quorum.dev/requeue-count": "1"})
+    assert written is False
+    assert bool(caplog.records) is logged

@@ -1,0 +1,290 @@
+"""After the bind: readiness timeout, recovery, requeue with backoff, deactivation, Events and
+PodGroup conditions (``gang/lifecycle.py``, ``gang/reporting.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from dataclasses import replace
+from typing import Any
+
+from extender.cluster.gang_sources import (
+    ANNOTATION_BACKOFF_UNTIL,
+    ANNOTATION_DEACTIVATED,
+    ANNOTATION_REQUEUES,
+)
+from extender.config import Config, Lifecycle
+from extender.gang.coordinator import Coordinator
+from extender.gang.effects import CONDITION_INITIALLY_SCHEDULED, CONDITION_PODS_READY, CONDITION_RECOVERING
+
+from .fixtures import World, gang_pod, make_podgroup
+
+RACK_KEY = "topology.quorum.dev/rack"
+
+
+class LifecycleWorld(World):
+    """A World whose coordinator runs with given ``lifecycle`` settings, keeping every condition
+    Quorum applied to each PodGroup (in order)."""
+
+    def __init__(self, clock: Any = None, nodes_per_rack: int = 2, **fields: Any) -> None:
+        if clock is None:
+            super().__init__(nodes_per_rack=nodes_per_rack)
+        else:
+            super().__init__(nodes_per_rack=nodes_per_rack, clock=clock)
+        self.cache.listeners.clear()
+        config = replace(Config(), lifecycle=Lifecycle(**fields))
+        kwargs: dict[str, Any] = {"strict": True}
+        if clock is not None:
+            kwargs["clock"] = clock
+        self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, **kwargs)
+        self.applied: dict[str, list[tuple[str, bool]]] = {}
+        record = self.actions.set_gang_conditions
+
+        async def keep(namespace: str, name: str, conditions: list[Any]) -> None:
+            self.applied.setdefault(f"{namespace}/{name}", []).extend((c.type, c.status) for c in conditions)
+            await record(namespace, name, conditions)
+        self.actions.set_gang_conditions = keep  # type: ignore[method-assign]
+
+
+lifecycle_world = LifecycleWorld
+
+
+def ready(obj: dict[str, Any], phase: str = "Running", is_ready: bool = True) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    out["status"]["phase"] = phase
+    out["status"]["conditions"] = [{"type": "Ready", "status": "True" if is_ready else "False"}]
+    return out
+
+
+def deliver(world: World, obj: dict[str, Any]) -> None:
+    world.pods[obj["metadata"]["name"]] = obj
+    world.cache.upsert_pod(obj)
+
+
+def group_gang(world: World, name: str, count: int, rack: bool = False, start: int = 0) -> list[str]:
+    if f"ml/{name}" not in world.cache.podgroup_specs:
+        world.cache.upsert_podgroup(make_podgroup(name, count, topology_key=RACK_KEY if rack else None))
+    names = [f"{name}{i}" for i in range(start, start + count)]
+    for pod_name in names:
+        world.add(gang_pod(pod_name, podgroup=name, gpus=8))
+    return names
+
+
+async def schedule(world: World, names: list[str]) -> dict[str, str]:
+    """kube-scheduler's round for these pods: filter each, bind all, the watch shows them bound."""
+    nodes = {}
+    for pod_name in names:
+        passing = world.filter(pod_name).passing
+        assert passing, world.coordinator.reason_of(world.cache.pods[f"uid-{pod_name}"].gang_key or "")
+        nodes[pod_name] = passing[0]
+    answers = await asyncio.gather(*(world.bind(n, nodes[n]) for n in names))
+    assert answers == [""] * len(names), answers
+    for pod_name in names:
+        world.bind_in_cache(pod_name, nodes[pod_name])
+    return nodes
+
+
+def drop(world: World, names: list[str]) -> None:
+    """The evicted pods go, as the watch reports them."""
+    for pod_name in names:
+        world.cache.delete_pod(world.pods.pop(pod_name))
+
+
+def podgroup_with(world: World, name: str, count: int, annotations: dict[str, str]) -> dict[str, Any]:
+    obj = make_podgroup(name, count)
+    obj["metadata"]["annotations"] = dict(annotations)
+    world.cache.upsert_podgroup(obj)
+    return obj
+
+
+# ------------------------------------------------------------------ readiness
+async def test_a_gang_never_ready_is_evicted_whole_and_backed_off_after_the_timeout() -> None:
+    world = lifecycle_world(pods_ready_timeout_seconds=0.05, backoff_base_seconds=60, backoff_jitter=0)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    await asyncio.sleep(0.15)
+    assert sorted(world.actions.evicted) == names
+    assert world.coordinator.phase_of("ml/g") == "Backoff"
+    assert 59 < world.coordinator.backoff_left("ml/g") <= 60
+    assert "0/2 members Ready within 0.05s" in world.coordinator.reason_of("ml/g")
+    assert world.actions.annotations["ml/g"][ANNOTATION_REQUEUES] == "1"
+    assert float(world.actions.annotations["ml/g"][ANNOTATION_BACKOFF_UNTIL]) > 0
+    assert world.sample("quorum_gang_requeues_total", reason="readiness-timeout") == 1
+    reasons = world.actions.event_reasons("g")
+    assert reasons.index("Bound") < reasons.index("Requeued") < reasons.index("BackOff")
+    assert ("quorum.dev/PodsReady", False) in _conditions(world, "ml/g")
+
+
+async def test_a_gang_ready_in_time_keeps_running_and_says_so() -> None:
+    world = lifecycle_world(pods_ready_timeout_seconds=0.05)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    for pod_name in names:
+        deliver(world, ready(world.pods[pod_name]))
+    await asyncio.sleep(0.15)
+    assert world.actions.evicted == []
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    assert "PodsReady" in world.actions.event_reasons("g")
+    assert (CONDITION_PODS_READY, True) in _conditions(world, "ml/g")
+    assert (CONDITION_INITIALLY_SCHEDULED, True) in _conditions(world, "ml/g")
+
+
+async def test_a_per_gang_annotation_overrides_the_readiness_timeout() -> None:
+    world = lifecycle_world()  # off in the configuration
+    obj = make_podgroup("g", 2)
+    obj["metadata"]["annotations"] = {"quorum.dev/pods-ready-timeout-seconds": "0.05"}
+    world.cache.upsert_podgroup(obj)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    await asyncio.sleep(0.15)
+    assert sorted(world.actions.evicted) == names
+
+
+async def test_the_readiness_timeout_is_off_by_default() -> None:
+    world = lifecycle_world()
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    await asyncio.sleep(0.1)
+    assert world.actions.evicted == []
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+
+
+# ------------------------------------------------------------------ requeue limit, restart
+async def test_past_the_requeue_limit_the_gang_is_deactivated_until_the_annotation_goes() -> None:
+    world = lifecycle_world(pods_ready_timeout_seconds=0.03, backoff_base_seconds=0.01, backoff_limit_count=1)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    await asyncio.sleep(0.1)
+    assert world.coordinator.phase_of("ml/g") in ("Backoff", "Pending")
+    drop(world, names)
+    podgroup_with(world, "g", 2, world.actions.annotations["ml/g"])  # the watch shows Quorum's write
+    names = group_gang(world, "g", 2, start=2)  # the Job's replacements
+    await asyncio.sleep(0.05)
+    await schedule(world, names)
+    await asyncio.sleep(0.1)
+    assert world.coordinator.phase_of("ml/g") == "Deactivated"
+    assert sorted(world.actions.evicted) == ["g0", "g1", "g2", "g3"]
+    deactivated = world.actions.annotations["ml/g"][ANNOTATION_DEACTIVATED]
+    assert "deactivated after 1 requeue(s)" in deactivated
+    drop(world, names)
+    group = podgroup_with(world, "g", 2, world.actions.annotations["ml/g"])
+    replacements = group_gang(world, "g", 2, start=4)
+    decision = world.filter(replacements[0])
+    assert decision.passing == []
+    assert "remove the quorum.dev/deactivated annotation" in next(iter(decision.unresolvable.values()))
+    group["metadata"]["annotations"].pop(ANNOTATION_DEACTIVATED)
+    world.cache.upsert_podgroup(group)  # a user reactivates it
+    assert world.coordinator.phase_of("ml/g") != "Deactivated"
+    assert world.filter(replacements[0]).passing
+
+
+async def test_a_restarted_quorum_resumes_the_requeue_count_and_the_backoff() -> None:
+    now = [1000.0]
+    world = lifecycle_world(clock=lambda: now[0], pods_ready_timeout_seconds=0.03,
+                            backoff_base_seconds=100, backoff_jitter=0)
+    world.coordinator.core.wall = lambda: now[0] + 5_000.0
+    podgroup_with(world, "g", 2, {ANNOTATION_REQUEUES: "2", ANNOTATION_BACKOFF_UNTIL: str(now[0] + 5_030.0)})
+    assert world.coordinator.phase_of("ml/g") == "Backoff"  # before any of its pods is seen
+    assert 29 < world.coordinator.backoff_left("ml/g") <= 30
+    names = group_gang(world, "g", 2)
+    assert world.filter(names[0]).passing == []
+    now[0] += 31
+    world.coordinator.core.wall = lambda: now[0] + 5_000.0
+    await schedule(world, names)
+    await asyncio.sleep(0.1)
+    assert world.actions.annotations["ml/g"][ANNOTATION_REQUEUES] == "3"
+    assert 399 < world.coordinator.backoff_left("ml/g") <= 400  # 100 * 2^(3-1)
+
+
+# ------------------------------------------------------------------ recovery
+async def test_a_failed_member_is_replaced_in_the_gangs_rack_and_the_gang_recovers() -> None:
+    world = lifecycle_world(recovery_timeout_seconds=5)
+    names = group_gang(world, "g", 2, rack=True)
+    nodes = await schedule(world, names)
+    rack = world.rack_of(nodes["g0"])
+    deliver(world, ready(world.pods["g0"], phase="Failed", is_ready=False))
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    await asyncio.sleep(0)
+    assert (CONDITION_RECOVERING, True) in _conditions(world, "ml/g")
+    replacement = group_gang(world, "g", 1, start=2)
+    placed = await schedule(world, replacement)
+    assert world.rack_of(placed["g2"]) == rack
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    await asyncio.sleep(0)
+    assert (CONDITION_RECOVERING, False) in _conditions(world, "ml/g")
+    reasons = world.actions.event_reasons("g")
+    assert reasons.index("Recovering") < len(reasons) - 1 - reasons[::-1].index("Bound")
+
+
+async def test_a_gang_that_does_not_recover_in_time_is_requeued_whole() -> None:
+    world = lifecycle_world(recovery_timeout_seconds=0.05, backoff_base_seconds=60)
+    names = group_gang(world, "g", 3)
+    await schedule(world, names)
+    deliver(world, ready(world.pods["g0"], phase="Failed", is_ready=False))
+    await asyncio.sleep(0.15)
+    assert sorted(world.actions.evicted) == ["g1", "g2"]
+    assert world.coordinator.phase_of("ml/g") == "Backoff"
+    assert "not recovered within 0.05s (2/3 members running)" in world.coordinator.reason_of("ml/g")
+
+
+async def test_members_on_a_deleted_node_are_removed_and_the_gang_recovers_elsewhere_in_its_rack() -> None:
+    world = lifecycle_world(nodes_per_rack=3)
+    names = group_gang(world, "g", 2, rack=True)
+    nodes = await schedule(world, names)
+    gone = nodes["g0"]
+    world.cache.delete_node(gone)
+    await asyncio.sleep(0.01)
+    stranded = [n for n in names if nodes[n] == gone]
+    assert sorted(world.actions.evicted) == stranded
+    drop(world, stranded)
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    replacements = group_gang(world, "g", len(stranded), start=2)
+    placed = await schedule(world, replacements)
+    assert all(world.rack_of(n) == world.rack_of(nodes["g1"]) for n in placed.values())
+    assert gone not in placed.values()
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+
+
+async def test_replacements_that_no_longer_fit_the_rack_re_place_the_whole_gang() -> None:
+    world = lifecycle_world()  # replaceOutsideDomain defaults to true
+    names = group_gang(world, "g", 2, rack=True)
+    nodes = await schedule(world, names)
+    rack = world.rack_of(nodes["g0"])
+    for node in [n for n in world.names if world.rack_of(n) == rack and n not in nodes.values()]:
+        world.cache.delete_node(node)
+    world.cache.delete_node(nodes["g0"])
+    await asyncio.sleep(0.01)
+    drop(world, ["g0"])
+    replacement = group_gang(world, "g", 1, start=2)
+    assert world.filter(replacement[0]).passing == []
+    await asyncio.sleep(0.01)
+    assert "g1" in world.actions.evicted  # the survivor goes too: the gang starts afresh
+    assert world.sample("quorum_gang_requeues_total", reason="replace") == 1
+
+
+async def test_a_member_that_succeeded_is_no_failure() -> None:
+    world = lifecycle_world(recovery_timeout_seconds=0.03)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    deliver(world, ready(world.pods["g0"], phase="Succeeded", is_ready=False))
+    await asyncio.sleep(0.1)
+    assert world.actions.evicted == []
+    assert world.coordinator.phase_of("ml/g") != "Recovering"
+
+
+# ------------------------------------------------------------------ Events for annotation gangs
+async def test_annotation_gangs_report_on_their_first_member() -> None:
+    world = lifecycle_world()
+    for i in range(2):
+        world.add(gang_pod(f"a{i}", gang="a", min_count=2, gpus=8))
+    await schedule(world, ["a0", "a1"])
+    assert "Bound" in world.actions.event_reasons("a0")
+    assert world.actions.event_reasons("a1") == []
+    assert world.actions.conditions == {}  # no PodGroup to carry conditions
+
+
+def _conditions(world: World, key: str) -> set[tuple[str, bool]]:
+    """Every (type, status) Quorum applied to the PodGroup, over all its writes."""
+    assert isinstance(world, LifecycleWorld)
+    return set(world.applied.get(key, []))
