@@ -48,7 +48,7 @@ class Lifecycle:
     backoff_max_seconds: float = 3600.0
     backoff_jitter: float = 0.1  # up to this fraction of the delay is added at random
     backoff_limit_count: int | None = None  # requeues before the gang is deactivated; None = no limit
-    replace_outside_domain: bool = True  # replacements that no longer fit the domain: re-place whole
+    replace_outside_domain: bool = False  # replacements that no longer fit the domain: re-place whole
 
 
 DEFAULT_LEVELS = (
@@ -173,7 +173,7 @@ def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
     limit = raw.get("backoffLimitCount")
     if limit is not None:
         limit = _count(raw, "backoffLimitCount", "lifecycle", 0)
-    replace_outside = raw.get("replaceOutsideDomain", True)
+    replace_outside = raw.get("replaceOutsideDomain", False)
     if not isinstance(replace_outside, bool):
         raise ConfigError(f"lifecycle.replaceOutsideDomain: must be true or false, got {replace_outside!r}")
     result = Lifecycle(

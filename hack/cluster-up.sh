@@ -23,6 +23,7 @@
 #   QUORUM_EXTERNAL [0]  1 = run Quorum yourself; the scheduler still calls
 #                        http://127.0.0.1:$QUORUM_PORT
 #   PYTHON               interpreter for Quorum [.venv/bin/python, else python3]
+#   QUORUM_CONFIG        Quorum's configuration file [scheduler-config/quorum.yaml]
 #   ETCD_PORT [12379] ETCD_PEER_PORT [12380] APISERVER_PORT [16443]
 #   CONTROLLER_MANAGER_PORT [17257] SCHEDULER_PORT [17259] QUORUM_PORT [8888]
 #   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (space separated)
@@ -35,6 +36,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
+QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
 WORKLOAD_API="${WORKLOAD_API:-scheduling.k8s.io/v1beta1}"
 export NODE_BLOCKS="${NODE_BLOCKS:-2}" NODE_RACKS_PER_BLOCK="${NODE_RACKS_PER_BLOCK:-4}"
@@ -324,7 +326,7 @@ if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
     cd "$ROOT"
     export QUORUM_HOST=127.0.0.1 QUORUM_PORT QUORUM_KUBECONFIG="$QUORUM_KUBECONFIG_FILE"
     start quorum "$PYTHON" -m extender \
-      --config "$ROOT/scheduler-config/quorum.yaml" \
+      --config "$QUORUM_CONFIG" \
       --kubeconfig "$QUORUM_KUBECONFIG_FILE" \
       --host 127.0.0.1 \
       --port "$QUORUM_PORT"

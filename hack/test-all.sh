@@ -34,7 +34,8 @@ bash hack/build-binaries.sh
 
 step "starting the local cluster"
 trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT
-PYTHON="$ROOT/.venv/bin/python" bash hack/cluster-up.sh
+# The end-to-end configuration shortens the requeue backoff so lifecycle scenarios run in seconds.
+QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" bash hack/cluster-up.sh
 
 step "end-to-end tests"
 KUBECONFIG="$ROOT/.cache/cluster/kubeconfig" .venv/bin/python -m pytest -m e2e tests/e2e -q -rA

@@ -19,6 +19,7 @@ ANNOTATION_REQUIRED = ANNOTATION_PREFIX + "required-topology"
 ANNOTATION_PREFERRED = ANNOTATION_PREFIX + "preferred-topology"
 ANNOTATION_REQUEUE = ANNOTATION_PREFIX + "requeue"
 ANNOTATION_PODS_READY_TIMEOUT = ANNOTATION_PREFIX + "pods-ready-timeout-seconds"
+ANNOTATION_RECOVERY_TIMEOUT = ANNOTATION_PREFIX + "recovery-timeout-seconds"
 ANNOTATION_REPLACE_OUTSIDE_DOMAIN = ANNOTATION_PREFIX + "replace-outside-domain"
 # Quorum's bookkeeping on a PodGroup (written by Quorum, read back after a restart).
 ANNOTATION_REQUEUES = ANNOTATION_PREFIX + "requeue-count"
@@ -104,11 +105,11 @@ def podgroup_key(obj: Mapping[str, Any]) -> str:
 def lifecycle_overrides(annotations: Mapping[str, Any]) -> dict[str, Any]:
     """Per-gang lifecycle settings; a value that does not parse is ignored (the default applies)."""
     out: dict[str, Any] = {}
-    raw = annotations.get(ANNOTATION_PODS_READY_TIMEOUT)
-    if raw is not None:
-        seconds = _seconds(raw)
+    for key, field in ((ANNOTATION_PODS_READY_TIMEOUT, "pods_ready_timeout"),
+                       (ANNOTATION_RECOVERY_TIMEOUT, "recovery_timeout")):
+        seconds = _seconds(annotations[key]) if key in annotations else None
         if seconds is not None:
-            out["pods_ready_timeout"] = seconds
+            out[field] = seconds
     flag = str(annotations.get(ANNOTATION_REPLACE_OUTSIDE_DOMAIN, "")).lower()
     if flag in ("true", "false"):
         out["replace_outside_domain"] = flag == "true"

@@ -76,6 +76,7 @@ class GangSpec:
     source: str = "annotation"
     problem: str = ""  # why the declaration is invalid ("" when it is valid): the gang is Misconfigured
     pods_ready_timeout: float | None = None  # per-gang override of lifecycle.podsReadyTimeoutSeconds
+    recovery_timeout: float | None = None  # per-gang override of lifecycle.recoveryTimeoutSeconds
     replace_outside_domain: bool | None = None  # per-gang override of lifecycle.replaceOutsideDomain
     # Quorum's own bookkeeping, kept on the PodGroup so that it survives a restart (not declared
     # by the user: a change here is not a declaration change).
@@ -86,7 +87,7 @@ class GangSpec:
     def declaration(self) -> tuple[object, ...]:
         """What the user declared: a change here re-derives the gang (and reactivates it)."""
         return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
-                self.problem, self.pods_ready_timeout, self.replace_outside_domain)
+                self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:

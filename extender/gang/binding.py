@@ -128,13 +128,21 @@ class Binder:
             await core.actions.bind_pod(namespace, name, uid, node)
         except asyncio.CancelledError:
             core.ledger.clear_inflight(uid)
+            self._resync(uid, record)
             raise
         except Exception as exc:  # BindFailed, or anything unexpected: never count the pod as bound
             core.ledger.clear_inflight(uid)
+            self._resync(uid, record)
             core.metrics.binds.labels("error").inc()
             return str(exc) or type(exc).__name__
         core.metrics.binds.labels("success").inc()
         return ""
+
+    def _resync(self, uid: str, record: PodRecord | None) -> None:
+        """A bind that counted its pod as running did not happen: the gang's phase follows."""
+        state = self.core.gangs.get(self.gang_of(uid, record) or "")
+        if state is not None:
+            self.core.sync(state)
 
     def release_if_quorum(self, state: GangState) -> None:
         """Bind every held member at once when, with those already running, they reach minCount."""

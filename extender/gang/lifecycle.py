@@ -52,6 +52,11 @@ class Lifecycle:
             return spec.pods_ready_timeout
         return self.core.config.lifecycle.pods_ready_timeout_seconds
 
+    def recovery_timeout(self, spec: GangSpec | None) -> float:
+        if spec is not None and spec.recovery_timeout is not None:
+            return spec.recovery_timeout
+        return self.core.config.lifecycle.recovery_timeout_seconds
+
     def replace_outside(self, spec: GangSpec | None) -> bool:
         if spec is not None and spec.replace_outside_domain is not None:
             return spec.replace_outside_domain
@@ -76,7 +81,7 @@ class Lifecycle:
             if not state.recovering_since:
                 state.recovering_since = self.core.clock()
                 log.info("gang recovering", extra={"gang": state.key, "reason": reason})
-            timeout = self.core.config.lifecycle.recovery_timeout_seconds
+            timeout = self.recovery_timeout(self.core.cache.gang_spec(state.key))
             if timeout and state.recovery_timer is None:
                 state.recovery_timer = asyncio.get_running_loop().call_later(
                     timeout, self._recovery_expired, state.key)
@@ -148,7 +153,7 @@ class Lifecycle:
         state = self._fired(key, "recovery_timer")
         if state is None or state.phase not in (Phase.RECOVERING, Phase.BINDING) or not state.started:
             return
-        timeout = core.config.lifecycle.recovery_timeout_seconds
+        timeout = self.recovery_timeout(core.cache.gang_spec(key))
         running = core.running_count(key)
         needed = core.min_count(state, core.cache.gang_spec(key))
         self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running}/{needed} members "

@@ -45,10 +45,10 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
                            P.MISCONFIGURED, P.DEACTIVATED}),
     P.BINDING: frozenset({P.BOUND, P.RESERVED, P.PENDING, P.WAITING_FOR_MEMBERS, P.BACKOFF,
                           P.RECOVERING, P.MISCONFIGURED, P.DEACTIVATED}),
-    # A running gang may lose members (recovery), miss its readiness deadline (requeue: Backoff),
-    # or run out of requeues (Deactivated).
-    P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.RECOVERING, P.BACKOFF,
-                        P.MISCONFIGURED, P.DEACTIVATED}),
+    # A running gang may lose members (recovery; straight to Binding when a replacement's bind is
+    # already held), miss its readiness deadline (requeue: Backoff), or run out of requeues.
+    P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.RECOVERING, P.BINDING,
+                        P.BACKOFF, P.MISCONFIGURED, P.DEACTIVATED}),
     P.RECOVERING: frozenset({P.BOUND, P.BINDING, P.BACKOFF, P.WAITING_FOR_MEMBERS, P.PENDING,
                              P.MISCONFIGURED, P.DEACTIVATED}),
     # A recovering gang whose replacements missed the bind timeout recovers on after its backoff.

@@ -40,6 +40,7 @@ gang:
   backoffBaseSeconds: 2.5
   backoffMaxSeconds: 120
   maxReplans: 5
+lifecycle: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60}
 http: {maxRequestBytes: 4194304, bodyTimeoutSeconds: 2.5}
 log: {level: debug, format: text}
 debug: {checkInvariants: true}
@@ -182,6 +183,16 @@ INVALID = [
     ("gang.maxReplans", "3", "gang.maxReplans"),
     ("gang.timeout", 30, "gang.timeout"),
     ("gang", 30, "gang"),
+    ("lifecycle.podsReadyTimeoutSeconds", -1, "lifecycle.podsReadyTimeoutSeconds"),
+    ("lifecycle.podsReadyTimeoutSeconds", "5m", "lifecycle.podsReadyTimeoutSeconds"),
+    ("lifecycle.recoveryTimeoutSeconds", True, "lifecycle.recoveryTimeoutSeconds"),
+    ("lifecycle.backoffBaseSeconds", 0, "lifecycle.backoffBaseSeconds"),
+    ("lifecycle.backoffMaxSeconds", 10, "lifecycle.backoffMaxSeconds"),  # below the base (60)
+    ("lifecycle.backoffJitter", 2, "lifecycle.backoffJitter"),
+    ("lifecycle.backoffLimitCount", -1, "lifecycle.backoffLimitCount"),
+    ("lifecycle.backoffLimitCount", 1.5, "lifecycle.backoffLimitCount"),
+    ("lifecycle.replaceOutsideDomain", "yes", "lifecycle.replaceOutsideDomain"),
+    ("lifecycle.timeout", 5, "lifecycle.timeout"),
     ("http.maxRequestBytes", 100, "http.maxRequestBytes"),
     ("http.maxRequestBytes", "32Mi", "http.maxRequestBytes"),
     ("http.bodyTimeoutSeconds", 0, "http.bodyTimeoutSeconds"),
@@ -355,3 +366,16 @@ def test_http_body_timeout_and_invariant_checks_are_read_from_the_file(tmp_path:
     assert config.body_timeout_seconds == 2.5
     assert config.check_invariants is True
     assert (Config().body_timeout_seconds, Config().check_invariants) == (10.0, False)
+
+
+def test_lifecycle_section_is_read_and_its_timeouts_are_off_by_default() -> None:
+    assert from_mapping({}).lifecycle.pods_ready_timeout_seconds == 0
+    assert from_mapping({}).lifecycle.backoff_limit_count is None
+    config = from_mapping({"lifecycle": {"podsReadyTimeoutSeconds": 300, "recoveryTimeoutSeconds": 0,
+                                         "backoffBaseSeconds": 30, "backoffMaxSeconds": 600,
+                                         "backoffJitter": 0, "backoffLimitCount": 2,
+                                         "replaceOutsideDomain": True}})
+    life = config.lifecycle
+    assert (life.pods_ready_timeout_seconds, life.recovery_timeout_seconds) == (300, 0)
+    assert (life.backoff_base_seconds, life.backoff_max_seconds, life.backoff_jitter) == (30, 600, 0)
+    assert (life.backoff_limit_count, life.replace_outside_domain) == (2, True)

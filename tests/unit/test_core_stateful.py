@@ -4,7 +4,10 @@ One coordinator and its cache are driven through random sequences of cluster cha
 pods, PodGroups), extender calls as kube-scheduler makes them (filter, then bind on the answered
 node), apiserver refusals, lagging watches, timeouts and restarts. After every step the core must
 be consistent, a pod reserved by at most one gang, and no member bound while its gang is below
-quorum. QUORUM_STATEFUL_EXAMPLES raises the number of scenarios for a longer run.
+quorum. After the bind, members become Ready or fail and nodes go away; readiness and recovery
+timeouts requeue gangs (Quorum evicts them whole) and deactivate them past the requeue limit, and
+a restart resumes that bookkeeping from the PodGroups. QUORUM_STATEFUL_EXAMPLES raises the number
+of scenarios for a longer run.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from extender.cluster.cache import ClusterCache
 from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from extender.cluster.records import pod_record
-from extender.config import Config, GangTimings
+from extender.config import Config, GangTimings, Lifecycle
 from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
 
@@ -41,7 +44,10 @@ from .core_world import (
 
 TIMEOUT = 0.05
 CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backoff_base_seconds=0.02,
-                                            backoff_max_seconds=0.2, max_replans=2))
+                                            backoff_max_seconds=0.2, max_replans=2),
+                 lifecycle=Lifecycle(pods_ready_timeout_seconds=0.1, recovery_timeout_seconds=0.1,
+                                     backoff_base_seconds=0.02, backoff_max_seconds=0.2, backoff_jitter=0,
+                                     backoff_limit_count=2))
 ANNOTATION_GANGS = ("a0", "a1")
 GROUPS = ("g0", "g1")
 CLAIMED = (*ANNOTATION_GANGS, *GROUPS, "z9")  # gangs a request may name; "z9" exists nowhere
@@ -119,6 +125,9 @@ class CoreMachine(RuleBasedStateMachine):
         """A node joins, its capacity changes, or (None) it is deleted. It keeps room for the pods
         bound to it: capacity lost under running pods is no scheduler's doing."""
         if gpus is None:
+            # Members bound there are lost with it (Quorum removes them): their gangs are cut short.
+            self.api.disturbed |= {g for u, o in self.api.pods.items()
+                                   if bound_node(o) == name and (g := self.api.gang_of(u))}
             self.api.nodes.pop(name, None)
             self.loop.run(lambda: self.api.cache.delete_node(name))
             return
@@ -152,6 +161,24 @@ class CoreMachine(RuleBasedStateMachine):
     def pod_goes(self, data: st.DataObject, finish: bool) -> None:
         """A pod is deleted, or (if bound) runs to completion."""
         self._pod_goes(data.draw(st.sampled_from(sorted(self.api.pods))), finish)
+
+    def _running(self) -> list[str]:
+        return sorted(u for u, o in self.api.pods.items()
+                      if bound_node(o) and o["status"]["phase"] == "Running")
+
+    @precondition(lambda self: self._running())
+    @rule(data=st.data(), outcome=st.sampled_from(["ready", "ready", "unready", "failed"]))
+    def member_health(self, data: st.DataObject, outcome: str) -> None:
+        """A running pod turns Ready, loses readiness, or fails (a failure disturbs its gang)."""
+        uid = data.draw(st.sampled_from(self._running()))
+        obj = self.api.pods[uid]
+        if outcome == "failed":
+            gang = self.api.gang_of(uid)
+            if gang:
+                self.api.disturbed.add(gang)
+            obj["status"]["phase"] = "Failed"
+        obj["status"]["conditions"] = [{"type": "Ready", "status": "True" if outcome == "ready" else "False"}]
+        self.loop.run(lambda: self.api.put_pod(obj))
 
     @precondition(lambda self: self.pending())
     @rule(data=st.data())
@@ -321,6 +348,13 @@ class CoreMachine(RuleBasedStateMachine):
                 owner[uid] = gang
 
     @invariant()
+    def requeued_gangs_run_nothing(self) -> None:
+        """A gang Quorum evicted is evicted whole: none of its members is left running."""
+        for gang in self.coordinator.gangs():
+            if self.coordinator.phase_of(gang) == "Deactivated" and gang not in self.api.disturbed:
+                assert not self.api.running(gang), f"{gang}: deactivated but running"
+
+    @invariant()
     def no_member_bound_below_quorum(self) -> None:
         assert self.api.bound_alone == []
 
@@ -348,6 +382,7 @@ CoreMachine.TestCase.settings = settings(
     deadline=None,
     database=None,
     report_multiple_bugs=False,
+    print_blob=True,
     phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],  # no "explain"
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )

@@ -247,7 +247,7 @@ async def test_members_on_a_deleted_node_are_removed_and_the_gang_recovers_elsew
 
 
 async def test_replacements_that_no_longer_fit_the_rack_re_place_the_whole_gang() -> None:
-    world = lifecycle_world()  # replaceOutsideDomain defaults to true
+    world = lifecycle_world(replace_outside_domain=True)
     names = group_gang(world, "g", 2, rack=True)
     nodes = await schedule(world, names)
     rack = world.rack_of(nodes["g0"])
@@ -288,3 +288,33 @@ def _conditions(world: World, key: str) -> set[tuple[str, bool]]:
     """Every (type, status) Quorum applied to the PodGroup, over all its writes."""
     assert isinstance(world, LifecycleWorld)
     return set(world.applied.get(key, []))
+
+
+async def test_by_default_replacements_wait_for_room_in_the_rack_and_nothing_is_evicted() -> None:
+    world = lifecycle_world()
+    names = group_gang(world, "g", 2, rack=True)
+    nodes = await schedule(world, names)
+    rack = world.rack_of(nodes["g0"])
+    for node in [n for n in world.names if world.rack_of(n) == rack and n not in nodes.values()]:
+        world.cache.delete_node(node)
+    world.cache.delete_node(nodes["g0"])
+    await asyncio.sleep(0.01)
+    drop(world, ["g0"])
+    replacement = group_gang(world, "g", 1, start=2)
+    assert world.filter(replacement[0]).passing == []
+    await asyncio.sleep(0.01)
+    assert world.actions.evicted == ["g0"]  # only the member on the deleted node
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+
+
+async def test_a_per_gang_annotation_sets_the_recovery_timeout() -> None:
+    world = lifecycle_world()
+    obj = make_podgroup("g", 2)
+    obj["metadata"]["annotations"] = {"quorum.dev/recovery-timeout-seconds": "0.05"}
+    world.cache.upsert_podgroup(obj)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    deliver(world, ready(world.pods["g0"], phase="Failed", is_ready=False))
+    await asyncio.sleep(0.15)
+    assert world.actions.evicted == ["g1"]
+    assert world.sample("quorum_gang_requeues_total", reason="recovery-timeout") == 1
