@@ -287,12 +287,18 @@ class Lifecycle:
 
     def declaration_changed(self, state: GangState, spec: GangSpec) -> None:
         """A changed declaration is a new start: quorum must be reached again; deactivation ends."""
-        if self.core.running_count(state.key) < spec.min_count:
-            state.started = state.pods_ready = False
+        if not spec.is_gang or self.core.running_count(state.key) < spec.min_count:
+            self.forget_start(state)
         if state.deactivated:
             self._reactivate(state, "its declaration changed")
             return
         self.adopt(state, spec)
+
+    def forget_start(self, state: GangState) -> None:
+        """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
+        state.started = state.pods_ready = state.completing = False
+        state.recovering_since = 0.0
+        self._cancel(state, ready=True, recovery=True)
 
     def _reactivate(self, state: GangState, why: str) -> None:
         state.deactivated = ""

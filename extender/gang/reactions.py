@@ -144,6 +144,7 @@ class CacheReactions:
         state = self.core.gangs.get(event.key)
         if state is not None:
             self.core.release(state, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
+            self.lifecycle.forget_start(state)
             self._settle(event.key)
 
     def _on_gang_changed(self, event: CacheEvent) -> None:

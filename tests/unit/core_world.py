@@ -170,13 +170,16 @@ class Apiserver:
         self._requests: dict[str, Resources] = {}
         self._seq = 0
         self.evicted: list[str] = []
+        # Gangs of deleted pods: a binding refused because its pod is gone still belongs to the
+        # batch Quorum released (Quorum may not have seen the pod, nor its deletion).
+        self.former_gangs: dict[str, str | None] = {}
         self.events: list[tuple[str, str]] = []
         self.conditions: dict[tuple[str, str], bool] = {}
 
     # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
         obj = self.pods.get(uid)
-        return None if obj is None else gang_key_of_pod(obj)
+        return self.former_gangs.get(uid) if obj is None else gang_key_of_pod(obj)
 
     def min_count(self, gang: str) -> int:
         """The quorum the cluster's objects ask for (0 when the gang is not a valid gang now)."""
@@ -253,6 +256,7 @@ class Apiserver:
 
     def drop_pod(self, uid: str) -> None:
         obj = self.pods.pop(uid)
+        self.former_gangs[uid] = gang_key_of_pod(obj)
         self.unseen.discard(uid)
         self.cache.delete_pod(obj)
 
