@@ -37,6 +37,13 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
+# Without TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
+# schedulingConstraints (its required topology); the gate exists from 1.36 on.
+APISERVER_GATES="GenericWorkload=true"
+case "$K8S_VERSION" in
+  v1.35.*) ;;
+  *) APISERVER_GATES+=",TopologyAwareWorkloadScheduling=true" ;;
+esac
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
 WORKLOAD_API="${WORKLOAD_API:-scheduling.k8s.io/v1beta1}"
 export NODE_BLOCKS="${NODE_BLOCKS:-2}" NODE_RACKS_PER_BLOCK="${NODE_RACKS_PER_BLOCK:-4}"
@@ -235,7 +242,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --service-cluster-ip-range 10.0.0.0/24 \
   --endpoint-reconciler-type none \
   --disable-admission-plugins ServiceAccount \
-  --feature-gates GenericWorkload=true \
+  --feature-gates "$APISERVER_GATES" \
   --runtime-config "$WORKLOAD_API=true" \
   --profiling=false \
   ${APISERVER_EXTRA_ARGS:-}

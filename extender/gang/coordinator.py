@@ -32,7 +32,7 @@ from ..topology.placement import NoFit
 from ..topology.scoring import ScoreTable
 from . import debug, gates, preemption
 from .binding import Binder
-from .core import BindFailed, ClusterActions, Core
+from .core import BindFailed, ClusterActions, Core, runs
 from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
 from .ledger import CapacityLedger
@@ -223,10 +223,16 @@ class Coordinator(CacheReactions):
         self.core.requeue(state.key, others, "placement reserved")
 
     def _running_nodes(self, key: str) -> list[str]:
+        """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.
+
+        A member on its way out (deleted, evicted, its node gone) pins nothing: replacements must
+        join the survivors, not the node that failed.
+        """
         inflight = self.core.ledger.inflight()
+        evicting = self.core.gangs[key].evicting if key in self.core.gangs else set()
         out = []
         for m in self.cache.members(key):
-            if m.holds_capacity:
+            if runs(m) and m.uid not in evicting and m.node_name in self.cache.nodes:
                 out.append(m.node_name)
             elif m.uid in inflight:
                 out.append(inflight[m.uid])

@@ -24,6 +24,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
+from .lifecycle_support import NodeFaults
 from .scenario import GangWatcher, Scenario
 
 RESULTS: dict[str, dict[str, Any]] = {}
@@ -156,6 +157,18 @@ def scenario(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, setting
         pytest.fail(f"cleanup of {namespace}: {problem}", pytrace=False)
     if not sc.finished and not watcher.raised:
         watcher.check()  # a violation the test body never got to report
+
+
+@pytest.fixture
+def node_faults(kube: Kube) -> Iterator[NodeFaults]:
+    """Delete nodes or make them NotReady during a test; all are back and Ready after it (the
+    session's ``topology`` assumes the full node set). Request it after ``scenario`` so the nodes
+    are restored before the namespace is cleaned up."""
+    faults = NodeFaults(kube)
+    try:
+        yield faults
+    finally:
+        faults.restore()
 
 
 # ------------------------------------------------------------------------------------ reporting

@@ -318,3 +318,18 @@ async def test_a_per_gang_annotation_sets_the_recovery_timeout() -> None:
     await asyncio.sleep(0.15)
     assert world.actions.evicted == ["g1"]
     assert world.sample("quorum_gang_requeues_total", reason="recovery-timeout") == 1
+
+
+async def test_a_member_still_terminating_on_a_deleted_node_does_not_unpin_the_gangs_rack() -> None:
+    """Its pod object lingers (a finalizer) after Quorum removed it; the survivor alone pins the rack."""
+    world = lifecycle_world()
+    names = group_gang(world, "g", 2, rack=True)
+    nodes = await schedule(world, names)
+    world.cache.delete_node(nodes["g0"])
+    await asyncio.sleep(0.01)
+    terminating = copy.deepcopy(world.pods["g0"])
+    terminating["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    deliver(world, terminating)
+    replacement = group_gang(world, "g", 1, start=2)
+    decision = world.filter(replacement[0])
+    assert [world.rack_of(n) for n in decision.passing] in ([], [world.rack_of(nodes["g1"])])
