@@ -317,6 +317,22 @@ class KubeClient:
         status = await self._patch_podgroup(gang, "annotations", path, body, "application/merge-patch+json")
         return status == 200
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch bookkeeping annotations on a pod (a gang declared by annotations keeps its
+        requeue count on its members); True when written, a pod that is gone is no error."""
+        body = orjson.dumps({"metadata": {"annotations": annotations}})
+        try:
+            status, text = await self.write("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}", body,
+                                            "application/merge-patch+json")
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("writing pod annotations failed",
+                        extra={"pod": f"{namespace}/{name}", "error": str(exc)})
+            return False
+        if status not in (200, 404):
+            log.warning("writing pod annotations failed",
+                        extra={"pod": f"{namespace}/{name}", "error": _message(status, text)})
+        return status == 200
+
     async def _patch_podgroup(self, gang: str, what: str, path: str, body: dict[str, Any],
                               content_type: str) -> int:
         """PATCH a PodGroup; 0 when the apiserver was not reached. Failures other than 404 (the

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .gang_sources import gang_key_of_pod, podgroup_key, spec_from_annotations, spec_from_podgroup
@@ -225,16 +225,7 @@ class ClusterCache:
             record.holds_capacity, record.node_name, record.requests
         ):
             self.capacity_version += 1
-        changed_gang = ""
-        if gang_key:
-            self.gang_members[gang_key].add(record.uid)
-            spec = spec_from_annotations(obj)
-            if spec is not None:
-                before = self.annotation_specs.get(gang_key)
-                self.annotation_specs[gang_key] = spec
-                if before is not None and _declared(before) != _declared(spec) and \
-                        gang_key not in self.podgroup_specs:
-                    changed_gang = gang_key  # told after the pod's own events, below
+        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
         if record.node_name and (old is None or not old.node_name):
             self._emit(CacheEvent(POD_BOUND, record.uid, record))
         if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
@@ -255,6 +246,20 @@ class ClusterCache:
             self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
         if changed_gang:
             self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
+
+    def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
+        """Index a gang member and the declaration its annotations carry; returns the gang key
+        when that declaration changed (the caller tells the coordinator after the pod's events)."""
+        self.gang_members[gang_key].add(uid)
+        spec = spec_from_annotations(obj)
+        if spec is None:
+            return ""
+        before = self.annotation_specs.get(gang_key)
+        if before is not None:
+            spec = _keep_bookkeeping(spec, before)
+        self.annotation_specs[gang_key] = spec
+        changed = before is not None and _declared(before) != _declared(spec)
+        return gang_key if changed and gang_key not in self.podgroup_specs else ""
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -358,6 +363,15 @@ def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
         except Exception as exc:  # any object the cache cannot take: reported by the caller
             rejected.append((obj, exc))
     return rejected
+
+
+def _keep_bookkeeping(spec: GangSpec, before: GangSpec) -> GangSpec:
+    """Quorum's requeue count for an annotation gang is on its members: a member created since
+    (not stamped yet) does not lower it."""
+    if (spec.requeues, spec.backoff_until) >= (before.requeues, before.backoff_until):
+        return spec
+    return replace(spec, requeues=max(spec.requeues, before.requeues),
+                   backoff_until=max(spec.backoff_until, before.backoff_until))
 
 
 def _declared(spec: GangSpec) -> tuple[object, ...]:

@@ -61,9 +61,9 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
         min_count = 0
     if min_count < 1:
         problem = f"{ANNOTATION_MIN_COUNT} {raw_min!r} is not a positive integer"
-    overrides = lifecycle_overrides(annotations)
     return GangSpec(
-        **overrides,
+        **lifecycle_overrides(annotations),
+        **bookkeeping(annotations),
         key=f"{meta.get('namespace', '')}/{name}",
         min_count=min_count,
         required_topology=annotations.get(ANNOTATION_REQUIRED) or None,

@@ -59,6 +59,10 @@ class ClusterActions(Protocol):
         """Set (None: remove) bookkeeping annotations on a PodGroup; whether it was written."""
         ...
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Set (None: remove) bookkeeping annotations on a pod; whether it was written."""
+        ...
+
 
 class Reporter(Protocol):
     """Where the core's Events go (``reporting.Reporter``): about a gang, or about one pod."""
@@ -233,6 +237,10 @@ class Core:
         if state is None or self.cache.gang_members.get(key) or key in self.cache.podgroup_specs:
             return
         if self.ledger.reserved_count(key) or state.held or state.binds_in_flight:
+            return
+        if state.backoff_until > self.clock() or state.deactivated:
+            # A requeued gang between its evicted members and the owner's replacements: what it
+            # must wait for, and its count, outlive the pods.
             return
         state.cancel_timers()
         del self.gangs[key]

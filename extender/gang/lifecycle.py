@@ -236,6 +236,11 @@ class Lifecycle:
         core.note_pod(pod, "EvictionRefused", f"{reason}; eviction refused {EVICTION_ATTEMPTS} times",
                       WARNING)
 
+    def forget_stamped(self, pod: PodRecord) -> None:
+        state = self.core.gangs.get(pod.gang_key or "")
+        if state is not None:
+            state.stamped.discard(pod.uid)
+
     def node_deleted(self, node: str) -> None:
         """Members bound to a node that is gone will never run again: remove them now (as pod GC
         would, about a minute later) so that their owners create replacements."""
@@ -249,13 +254,32 @@ class Lifecycle:
 
     # ------------------------------------------------------------------ bookkeeping
     def persist(self, state: GangState, annotations: dict[str, str | None]) -> None:
-        """Write requeue bookkeeping on the gang's PodGroup (annotation gangs keep it in memory)."""
+        """Write requeue bookkeeping on the gang's PodGroup, or on the members of a gang declared
+        by annotations (and on each member created later: ``stamp``)."""
         spec = self.core.cache.gang_spec(state.key)
-        if spec is None or spec.source != SOURCE_PODGROUP:
+        if spec is None:
+            return
+        if spec.source != SOURCE_PODGROUP:
+            state.stamp = {k: v for k, v in {**state.stamp, **annotations}.items() if v is not None}
+            state.stamped.clear()
+            for member in self.core.cache.members(state.key):
+                self.stamp(member, annotations)
             return
         expected = (state.requeues, state.deactivated)
         state.expected_bookkeeping = expected
         self.core.spawn(self._write(state, annotations, expected))
+
+    def stamp(self, pod: PodRecord, change: dict[str, str | None] | None = None) -> None:
+        """Give a member of an annotation gang the bookkeeping its gang carries (once per pod), or
+        ``change`` it on the members that have it."""
+        state = self.core.gangs.get(pod.gang_key or "")
+        if state is None or pod.uid in state.stamped or pod.uid in state.evicting or pod.deleting \
+                or pod.terminal:
+            return
+        annotations = dict(state.stamp) if change is None else change
+        if annotations:
+            state.stamped.add(pod.uid)
+            self.core.spawn(self.core.actions.annotate_pod(pod.namespace, pod.name, annotations))
 
     async def _write(self, state: GangState, annotations: dict[str, str | None],
                      expected: tuple[int, str]) -> None:

@@ -93,8 +93,14 @@ class CacheReactions:
         if event.pod is not None and event.pod.gang_key:
             if event.pod.uid not in core.cache.pods:
                 self.lifecycle.forget_evicted(event.pod)  # gone for good (deleting: still marked)
+                self.lifecycle.forget_stamped(event.pod)
             self.lifecycle.review(event.pod.gang_key, sync=False)
             self._settle(event.pod.gang_key)
+
+    def _on_member_ready(self, event: CacheEvent) -> None:
+        if event.pod is not None:
+            self.lifecycle.stamp(event.pod)  # a new member of a requeued annotation gang
+        self.retry.schedule_recheck()
 
     def _on_member_health(self, event: CacheEvent) -> None:
         if event.pod is not None and event.pod.gang_key:
@@ -201,7 +207,7 @@ class CacheReactions:
 
     _handlers: ClassVar[dict[str, Callable[[CacheReactions, CacheEvent], None]]] = {
         CAPACITY_FREED: _on_capacity,
-        MEMBER_READY: _on_capacity,
+        MEMBER_READY: _on_member_ready,
         MEMBER_HEALTH: _on_member_health,
         NODE_READINESS: _on_node_readiness,
         POD_BOUND: _on_pod_bound,

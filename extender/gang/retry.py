@@ -67,6 +67,7 @@ class Retry:
         state.backoff_until = 0.0
         self.core.sync(state, f"gang {key}: backoff over")
         self.core.requeue(key, self.core.pending_members(key), "backoff over")
+        self.core.forget_if_idle(key)
 
     # ----------------------------------------------------------------- nudges
     def nudge_gang(self, key: str, reason: str) -> None:

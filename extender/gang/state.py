@@ -125,6 +125,10 @@ class GangState:
     # Members Quorum is evicting: no longer counted as running, though the watch may not show
     # them deleted yet (a requeued gang must not look Bound again in the meantime).
     evicting: set[str] = field(default_factory=set)
+    # A gang declared by annotations keeps its bookkeeping on its members: what to write on each
+    # member, and the members that have it.
+    stamp: dict[str, str | None] = field(default_factory=dict)
+    stamped: set[str] = field(default_factory=set)
 
     def cancel_timers(self) -> None:
         for timer in (self.deadline, self.backoff_timer, self.ready_timer, self.recovery_timer):

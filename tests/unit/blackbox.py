@@ -159,6 +159,10 @@ class FakeApiserver:
         merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
         return True
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        merge_annotations(self.annotations.setdefault(f"pod {namespace}/{name}", {}), annotations)
+        return True
+
     async def close(self) -> None:
         return None
 

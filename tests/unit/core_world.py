@@ -343,6 +343,16 @@ class FakeActions:
         for condition in conditions:
             self.api.conditions[(name, condition.type)] = condition.status
 
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        """Bookkeeping on a member, delivered back through the watch (a new resource version)."""
+        obj = next((o for o in self.api.pods.values() if o["metadata"]["name"] == name), None)
+        if not self.alive or obj is None:
+            return False
+        merge_annotations(obj["metadata"].setdefault("annotations", {}), annotations)
+        if obj["metadata"]["uid"] not in self.api.unseen:
+            self.api.cache.upsert_pod(obj)
+        return True
+
     async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
         obj = self.api.podgroups.get(name)

@@ -71,6 +71,7 @@ class FakeActions:
         self.events: list[tuple[ObjectRef, str, str, str, str]] = []
         self.conditions: dict[str, list[GangCondition]] = {}  # "namespace/name" -> last applied
         self.annotations: dict[str, dict[str, str]] = {}  # "namespace/name" -> annotations as merged
+        self.pod_annotations: dict[str, dict[str, str]] = {}  # the same for pods
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
@@ -95,6 +96,10 @@ class FakeActions:
 
     async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
         self.conditions[f"{namespace}/{name}"] = list(conditions)
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        merge_annotations(self.pod_annotations.setdefault(f"{namespace}/{name}", {}), annotations)
+        return True
 
     async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)

@@ -333,3 +333,27 @@ async def test_a_member_still_terminating_on_a_deleted_node_does_not_unpin_the_g
     replacement = group_gang(world, "g", 1, start=2)
     decision = world.filter(replacement[0])
     assert [world.rack_of(n) for n in decision.passing] in ([], [world.rack_of(nodes["g1"])])
+
+
+async def test_an_annotation_gang_keeps_its_requeue_count_on_its_members_across_a_restart() -> None:
+    world = lifecycle_world(pods_ready_timeout_seconds=0.03, backoff_base_seconds=100, backoff_jitter=0)
+    for i in range(2):
+        world.add(gang_pod(f"a{i}", gang="a", min_count=2, gpus=8))
+    await schedule(world, ["a0", "a1"])
+    await asyncio.sleep(0.1)
+    assert sorted(world.actions.evicted) == ["a0", "a1"]
+    drop(world, ["a0", "a1"])
+    for i in (2, 3):  # the owner's replacements: each gets the gang's bookkeeping
+        world.add(gang_pod(f"a{i}", gang="a", min_count=2, gpus=8))
+    await asyncio.sleep(0)
+    assert world.actions.pod_annotations["ml/a2"][ANNOTATION_REQUEUES] == "1"
+    assert "ml/a0" not in world.actions.pod_annotations  # members being evicted are left alone
+    # A new Quorum process lists the stamped pods: the gang is still backing off, count 1.
+    restarted = lifecycle_world(pods_ready_timeout_seconds=0.03, backoff_base_seconds=100, backoff_jitter=0)
+    for name in ("a2", "a3"):
+        obj = copy.deepcopy(world.pods[name])
+        obj["metadata"]["annotations"].update(world.actions.pod_annotations[f"ml/{name}"])
+        restarted.add(obj)
+    assert restarted.filter("a2").passing == []
+    assert restarted.coordinator.phase_of("ml/a") == "Backoff"
+    assert 95 < restarted.coordinator.backoff_left("ml/a") <= 100
