@@ -9,9 +9,9 @@ from typing import Any
 import orjson
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.records import PodRecord
 from extender.config import Config, GangTimings
 from extender.gang.coordinator import Coordinator
+from extender.gang.effects import NoActions
 from extender.metrics import Metrics
 
 NODES_PER_RACK = 16
@@ -210,12 +210,7 @@ def plain_pod() -> dict[str, Any]:
                     scheduler="quorum")
 
 
-class NoopActions:
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        return None
-
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
-        return None
+NoopActions = NoActions  # every side effect a no-op: the benchmark times the request path only
 
 
 class Cluster:

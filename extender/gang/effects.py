@@ -8,6 +8,7 @@ owns. Keeping them here (not in the adapter) lets the core and its tests name th
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # PodGroup bookkeeping kept on the object itself, so a restarted Quorum resumes where it was.
 from ..cluster.gang_sources import ANNOTATION_BACKOFF_UNTIL as ANNOTATION_BACKOFF_UNTIL
@@ -49,3 +50,31 @@ class GangCondition:
     status: bool
     reason: str  # CamelCase, as Kubernetes conditions require
     message: str
+
+
+class NoActions:
+    """Side effects that do nothing: for benchmarks and fuzzing, which measure or probe the
+    request path and must not be slowed or broken by what goes to the cluster. Fakes in tests
+    subclass it and record what they need."""
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        return None
+
+    async def requeue_pods(self, pods: list[Any], reason: str) -> None:
+        return None
+
+    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
+                        grace_seconds: int | None = None) -> None:
+        return None
+
+    def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
+        return None
+
+    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+        return None
+
+    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        return True
+
+    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        return True
