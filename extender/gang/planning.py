@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, place_gang
-from .core import Core, runs
+from .core import Core
 from .state import GangState, NoFitMemo
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,9 @@ class Planner:
                 continue
             members = core.cache.members(key)
             inflight = core.ledger.inflight()
-            bound_nodes = [m.node_name for m in members if runs(m) and m.node_name in core.cache.nodes]
+            nodes = core.cache.nodes  # running members on nodes that exist (inlined: all gangs' members)
+            bound_nodes = [m.node_name for m in members
+                           if m.node_name and not m.terminal and not m.deleting and m.node_name in nodes]
             bound_nodes += [inflight[m.uid] for m in members if m.uid in inflight and not m.node_name]
             if not bound_nodes or len(bound_nodes) >= spec.min_count:
                 continue
