@@ -142,10 +142,17 @@ class Core:
         return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name))
 
     def ready_count(self, key: str) -> int:
-        """Running members whose Ready condition is True (what the readiness timeout waits for)."""
+        """Running members whose Ready condition is True (what the readiness timeout waits for).
+
+        A member on a node that is not Ready does not count, whether or not the node lifecycle
+        controller has marked the pod itself not Ready yet.
+        """
         state = self.gangs.get(key)
         evicting = state.evicting if state is not None else ()
-        return sum(1 for m in self.cache.members(key) if runs(m) and m.ready and m.uid not in evicting)
+        nodes = self.cache.nodes
+        return sum(1 for m in self.cache.members(key)
+                   if runs(m) and m.ready and m.uid not in evicting
+                   and (node := nodes.get(m.node_name)) is not None and node.ready)
 
     def min_count(self, state: GangState, spec: GangSpec | None) -> int:
         return spec.min_count if spec is not None else state.min_count_reserved

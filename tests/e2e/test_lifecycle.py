@@ -229,3 +229,32 @@ def test_two_nodes_of_a_running_gang_deleted_at_once_the_gang_is_re_placed_whole
     sc.record("two_nodes_lost", {"re_placed_after_seconds": replaced_after, "events": seen,
                                  "longest_partial_seconds": sc.watcher.longest_partial.get("wide")})
     sc.finish()
+
+
+# ------------------------------------------------------------------------------------ NotReady
+def test_a_ready_gang_whose_node_goes_not_ready_is_requeued_whole_after_the_recovery_timeout(
+        scenario: Scenario, node_faults: NodeFaults) -> None:
+    sc, topo = scenario, scenario.topo
+    size, gpus = 4, max(1, topo.gpus_per_node // 2)
+    sc.watcher.grace = 60.0
+    start_gang(sc, "steady", size, gpus, group_annotations={ANN_RECOVERY_TIMEOUT: "10"})
+    first = sc.wait_for("the gang bound", lambda: live_bound(sc, "steady", size), timeout=60)
+    sc.wait_for("the gang Ready", lambda: (condition(sc, "steady", "quorum.dev/PodsReady") or {})
+                .get("status") == "True", timeout=30)
+    sick = sorted(first.values())[0]
+    node_faults.make_not_ready([sick])
+    sick_at = time.monotonic()
+    sc.wait_for("the gang recovering", lambda: phase(sc, "steady") == "Recovering", timeout=30, interval=0.1)
+    sc.wait_for("every member evicted after the recovery timeout",
+                lambda: not set(first) & {p["metadata"]["name"] for p in job_pods(sc.kube, sc.ns, "steady")},
+                timeout=40)
+    evicted_after = round(time.monotonic() - sick_at, 1)
+    assert annotation(sc, "steady", ANN_REQUEUES) == "1"
+    again = sc.wait_for("the gang bound again", lambda: live_bound(sc, "steady", size), timeout=90)
+    assert sick not in again.values(), f"re-placed on the NotReady node: {again}"
+    seen = reasons(quorum_events(sc, "PodGroup", "steady"))
+    requeued = [e for e in quorum_events(sc, "PodGroup", "steady") if e.get("reason") == "Requeued"]
+    note = str(requeued[0].get("note") or requeued[0].get("message")) if requeued else ""
+    assert "not recovered within 10s" in note, requeued
+    sc.record("node_not_ready", {"evicted_after_seconds": evicted_after, "events": seen})
+    sc.finish()

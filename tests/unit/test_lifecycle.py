@@ -17,7 +17,7 @@ from extender.config import Config, Lifecycle
 from extender.gang.coordinator import Coordinator
 from extender.gang.effects import CONDITION_INITIALLY_SCHEDULED, CONDITION_PODS_READY, CONDITION_RECOVERING
 
-from .fixtures import World, gang_pod, make_podgroup
+from .fixtures import World, gang_pod, make_node, make_podgroup
 
 RACK_KEY = "topology.quorum.dev/rack"
 
@@ -357,3 +357,20 @@ async def test_an_annotation_gang_keeps_its_requeue_count_on_its_members_across_
     assert restarted.filter("a2").passing == []
     assert restarted.coordinator.phase_of("ml/a") == "Backoff"
     assert 95 < restarted.coordinator.backoff_left("ml/a") <= 100
+
+
+async def test_a_ready_gang_whose_node_goes_not_ready_recovers_or_is_requeued_whole() -> None:
+    world = lifecycle_world(recovery_timeout_seconds=0.05, backoff_base_seconds=60)
+    names = group_gang(world, "g", 2)
+    nodes = await schedule(world, names)
+    for pod_name in names:
+        deliver(world, ready(world.pods[pod_name]))
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    node = world.cache.nodes[nodes["g0"]]
+    sick = make_node(node.name, *node.domains[:2])
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    world.cache.upsert_node(sick)  # its pods still say Ready: the node's condition decides
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    await asyncio.sleep(0.15)
+    assert sorted(world.actions.evicted) == sorted(names)
+    assert world.coordinator.phase_of("ml/g") == "Backoff"
