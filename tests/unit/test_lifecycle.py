@@ -246,8 +246,9 @@ async def test_members_on_a_deleted_node_are_removed_and_the_gang_recovers_elsew
     assert world.coordinator.phase_of("ml/g") == "Bound"
 
 
-async def test_replacements_that_no_longer_fit_the_rack_re_place_the_whole_gang() -> None:
-    world = lifecycle_world(replace_outside_domain=True)
+async def replacement_finds_its_rack_full(world: World) -> None:
+    """A rack gang of 2 loses a member with its node, and the rest of its rack: the replacement
+    the owner creates cannot join the survivor."""
     names = group_gang(world, "g", 2, rack=True)
     nodes = await schedule(world, names)
     rack = world.rack_of(nodes["g0"])
@@ -259,6 +260,11 @@ async def test_replacements_that_no_longer_fit_the_rack_re_place_the_whole_gang(
     replacement = group_gang(world, "g", 1, start=2)
     assert world.filter(replacement[0]).passing == []
     await asyncio.sleep(0.01)
+
+
+async def test_replacements_that_no_longer_fit_the_rack_re_place_the_whole_gang() -> None:
+    world = lifecycle_world(replace_outside_domain=True)
+    await replacement_finds_its_rack_full(world)
     assert "g1" in world.actions.evicted  # the survivor goes too: the gang starts afresh
     assert world.sample("quorum_gang_requeues_total", reason="replace") == 1
 
@@ -292,17 +298,7 @@ def _conditions(world: World, key: str) -> set[tuple[str, bool]]:
 
 async def test_by_default_replacements_wait_for_room_in_the_rack_and_nothing_is_evicted() -> None:
     world = lifecycle_world()
-    names = group_gang(world, "g", 2, rack=True)
-    nodes = await schedule(world, names)
-    rack = world.rack_of(nodes["g0"])
-    for node in [n for n in world.names if world.rack_of(n) == rack and n not in nodes.values()]:
-        world.cache.delete_node(node)
-    world.cache.delete_node(nodes["g0"])
-    await asyncio.sleep(0.01)
-    drop(world, ["g0"])
-    replacement = group_gang(world, "g", 1, start=2)
-    assert world.filter(replacement[0]).passing == []
-    await asyncio.sleep(0.01)
+    await replacement_finds_its_rack_full(world)
     assert world.actions.evicted == ["g0"]  # only the member on the deleted node
     assert world.coordinator.phase_of("ml/g") == "Recovering"
 
