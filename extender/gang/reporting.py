@@ -39,6 +39,8 @@ PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
     Phase.DEACTIVATED: (WARNING, "Deactivated", "Deactivate"),
     Phase.MISCONFIGURED: (WARNING, "Misconfigured", "Validate"),
 }
+# A Recovering gang whose replacements bound is whole again.
+RECOVERED_EVENT = (NORMAL, "Recovered", "Bind")
 
 
 class Reporter:
@@ -72,6 +74,12 @@ class Reporter:
     # ------------------------------------------------------------------ phase changes
     def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         type_, event_reason, action = PHASE_EVENTS[target]
+        if target == Phase.BOUND and state.was_recovering:
+            # Its own reason: a repeat "Bound" would fold into the first bind's Event and hide it.
+            type_, event_reason, action = RECOVERED_EVENT
+        # Between Recovering and whole again (its replacements may pass through Binding).
+        state.was_recovering = target in (Phase.RECOVERING, Phase.BINDING) and (
+            target == Phase.RECOVERING or state.was_recovering)
         ref = self._target(state.key)
         if ref is not None:
             self.core.actions.record_event(ref, type_, event_reason, action,

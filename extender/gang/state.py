@@ -112,6 +112,7 @@ class GangState:
     pods_ready: bool = False
     completing: bool = False  # a member succeeded: the gang is finishing, not failing
     recovering_since: float = 0.0
+    was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
     ready_timer: asyncio.TimerHandle | None = None
     recovery_timer: asyncio.TimerHandle | None = None
     requeues: int = 0

@@ -185,8 +185,12 @@ def test_a_failed_member_is_replaced_in_the_gangs_rack_and_the_gang_recovers(sce
     sc.wait_for("Recovering condition cleared", lambda: (condition(sc, "ring", "quorum.dev/Recovering")
                                                          or {}).get("status") == "False", timeout=15)
     assert recovering is None or recovering["status"] == "True"
-    seen = reasons(quorum_events(sc, "PodGroup", "ring"))
-    assert "Recovering" in seen and seen.index("Recovering") < len(seen) - 1 - seen[::-1].index("Bound"), seen
+    # Events are written asynchronously by the recorder: wait for the one that closes the recovery.
+    def recovered() -> list[str] | None:
+        got = reasons(quorum_events(sc, "PodGroup", "ring"))
+        return got if "Recovering" in got and "Recovered" in got[got.index("Recovering"):] else None
+
+    seen = sc.wait_for("a Recovered Event after Recovering", recovered, timeout=15)
     sc.record("recovery", {"recovered_after_failure_seconds": recovered_after, "events": seen})
     sc.finish()
 
