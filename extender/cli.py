@@ -58,7 +58,8 @@ def build(config: cfg.Config) -> web.Application:
     client = KubeClient(credentials, metrics=metrics)
     cache = ClusterCache(tuple(level.node_label for level in config.levels))
     coordinator = Coordinator(config, cache, client, metrics)
-    metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count)
+    metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count,
+                        coordinator.queue_counts)
     informer = Informer(client, cache, metrics)
     # Ready while every kind is listed and watched; the informer marks a kind whose watch is down
     # (or whose loop ended) out of sync, which names it in the 503 answer.

@@ -51,6 +51,20 @@ class Lifecycle:
     replace_outside_domain: bool = False  # replacements that no longer fit the domain: re-place whole
 
 
+@dataclass(frozen=True, slots=True)
+class Starvation:
+    """The head-of-line claim that keeps a large gang from waiting for ever (see docs/design.md).
+
+    The highest-ordered waiting gang that does not fit earmarks the domain where the least
+    capacity is missing; lower-ordered work may not take capacity there, so it fills up as running
+    pods finish.
+    """
+
+    enabled: bool = True
+    claim_after_seconds: float = 60.0  # head of the queue this long (and not fitting) -> claim
+    claim_on_priority: bool = True  # a head gang above every other waiting gang in priority claims at once
+
+
 DEFAULT_LEVELS = (
     TopologyLevel("block", "topology.quorum.dev/block"),
     TopologyLevel("rack", "topology.quorum.dev/rack"),
@@ -66,6 +80,7 @@ class Config:
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     gang: GangTimings = field(default_factory=GangTimings)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    starvation: Starvation = field(default_factory=Starvation)
     max_request_bytes: int = 32 * 1024 * 1024
     body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
     log_level: str = "info"
@@ -190,11 +205,28 @@ def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
     return result
 
 
+def _flag(raw: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: must be true or false, got {value!r}")
+    return value
+
+
+def _starvation(raw: Mapping[str, Any]) -> Starvation:
+    _check_keys(raw, {"enabled", "claimAfterSeconds", "claimOnPriority"}, "starvation")
+    after = raw.get("claimAfterSeconds", 60.0)
+    if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after < 0:
+        raise ConfigError(f"starvation.claimAfterSeconds: must be a number >= 0, got {after!r}")
+    return Starvation(enabled=_flag(raw, "enabled", "starvation", True), claim_after_seconds=float(after),
+                      claim_on_priority=_flag(raw, "claimOnPriority", "starvation", True))
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "http", "log", "debug"},
+    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "starvation", "http", "log",
+                      "debug"},
                 "")
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port"}, "listen")
@@ -231,6 +263,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
+        starvation=_starvation(_section(raw, "starvation")),
         host=host,
         port=_port(listen.get("port", 8888), "listen.port"),
         kubeconfig=kubeconfig,

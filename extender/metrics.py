@@ -80,6 +80,10 @@ class Metrics:
             "the proposed victims gone (nothing is evicted for nothing).",
             registry=r,
         )
+        self.claims = Counter(
+            "quorum_claims_total",
+            "Head-of-line claims (capacity earmarked for the first waiting gang), by event (made, "
+            "released).", ["event"], registry=r)
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
         self.requeues = Counter(
             "quorum_gang_requeues_total",
@@ -118,6 +122,7 @@ class Metrics:
         gangs: Callable[[], Mapping[str, int]],
         cache_objects: Callable[[], Mapping[str, int]],
         reservations: Callable[[], Mapping[str, int]],
+        queue: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         """Register scrape-time gauges read from the coordinator and the cache."""
         self.registry.register(
@@ -131,3 +136,7 @@ class Metrics:
             _StateCollector("quorum_reserved_pods", "Gang members holding a reservation, not yet bound.",
                             "", reservations)
         )
+        if queue is not None:
+            self.registry.register(_StateCollector(
+                "quorum_queue", "The gang queue: waiting gangs (waiting), claims held (claims; 0 or 1) "
+                "and nodes earmarked by them (claimed_nodes).", "what", queue))

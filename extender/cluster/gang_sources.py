@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import ANNOTATION_PREFIX
-from .records import GangSpec
+from .records import GangSpec, int32
 
 ANNOTATION_GANG = ANNOTATION_PREFIX + "gang"
 ANNOTATION_MIN_COUNT = ANNOTATION_PREFIX + "min-count"
@@ -68,7 +68,7 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
         min_count=min_count,
         required_topology=annotations.get(ANNOTATION_REQUIRED) or None,
         preferred_topology=annotations.get(ANNOTATION_PREFERRED) or None,
-        priority=int(((pod.get("spec") or {}).get("priority")) or 0),
+        priority=int32((pod.get("spec") or {}).get("priority")),
         created=str(meta.get("creationTimestamp") or ""),
         source=SOURCE_ANNOTATION,
         problem=problem,
@@ -91,7 +91,7 @@ def spec_from_podgroup(obj: Mapping[str, Any]) -> GangSpec:
         min_count=int(gang.get("minCount") or 0) if isinstance(gang, Mapping) else 1,
         is_gang=isinstance(gang, Mapping),
         required_topology=required or None,
-        priority=int(spec.get("priority") or 0),
+        priority=int32(spec.get("priority")),
         created=str(meta.get("creationTimestamp") or ""),
         source=SOURCE_PODGROUP,
     )

@@ -39,6 +39,7 @@ class PodRecord:
     gated: bool = False  # spec.schedulingGates set: kube-scheduler will not try it yet
     ready: bool = False  # its Ready condition is True
     succeeded: bool = False  # phase Succeeded (terminal, and not a failure)
+    priority: int = 0  # spec.priority (admission resolves priorityClassName into it)
 
     @property
     def key(self) -> str:
@@ -143,4 +144,17 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         gated=bool(spec.get("schedulingGates")),
         ready=_condition(status, "Ready") == "True",
         succeeded=phase == "Succeeded",
+        priority=int32(spec.get("priority")),
     )
+
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+
+def int32(raw: Any) -> int:
+    """A priority as the API defines it (int32); anything else (absent, a string, a float) is 0.
+
+    Objects come from watches and from request bodies alike, so a hostile value must not raise."""
+    if isinstance(raw, bool) or not isinstance(raw, int):
+        return 0
+    return min(max(raw, INT32_MIN), INT32_MAX)

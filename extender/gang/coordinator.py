@@ -38,6 +38,7 @@ from .invariants import check_invariants
 from .ledger import CapacityLedger
 from .lifecycle import Lifecycle
 from .planning import Planner
+from .queue import GangQueue, keep_off
 from .reactions import CacheReactions
 from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
@@ -60,6 +61,8 @@ class Coordinator(CacheReactions):
         self.retry = Retry(self.core, self._nofit_unchanged)
         self.reporter = Reporter(self.core)
         self.lifecycle = Lifecycle(self.core, self.retry)
+        self.queue = GangQueue(self.core)
+        self.planner.queue_version = lambda: self.queue.version
         self.scorer = Scorer(self.core, self._running_nodes)
         self._verify_each_call = config.check_invariants
         cache.listeners.append(self.on_cache_event)
@@ -147,6 +150,7 @@ class Coordinator(CacheReactions):
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
         self.core.sync(state)
+        self.queue.refresh()  # the head of the queue not fitting may make it claim now
         self.core.forget_if_idle(key)
         self._verify("filter")
         return decision
@@ -198,7 +202,15 @@ class Coordinator(CacheReactions):
         if g.pod.uid not in pending and not g.known:
             pending[g.pod.uid] = g.pod  # the cache has not seen this pod yet; place it from the request
         bound_nodes = self._running_nodes(state.key)
-        result = self.planner.plan(spec, pending, g.candidates, bound_nodes, g.pod.uid)
+        candidates = g.candidates
+        claim = self.queue.blocking(state.key, self.queue.priority_of(state.key))
+        if claim is not None:
+            candidates = keep_off(claim, g.candidates)  # backfill: only what lies outside the claim
+        result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
+        kept_off = claim is not None and isinstance(result, NoFit) and len(candidates) < len(g.candidates)
+        state.blocked_by = claim.gang if claim is not None and kept_off else ""
+        if claim is not None and isinstance(result, NoFit) and kept_off:
+            result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")
         if isinstance(result, NoFit):
             state.reason = self.planner.remember_nofit(state, result, g.candidates)
             self.retry.note_rejection(state)
@@ -310,6 +322,10 @@ class Coordinator(CacheReactions):
 
     def reserved_count(self) -> dict[str, int]:
         return {"": self.core.ledger.reserved_pods()}
+
+    def queue_counts(self) -> dict[str, int]:
+        return {"waiting": len(self.queue.order()), "claims": int(self.queue.claim is not None),
+                "claimed_nodes": self.queue.claimed_nodes()}
 
     def inflight_snapshot(self) -> dict[str, str]:
         return debug.inflight(self.core)

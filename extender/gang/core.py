@@ -20,7 +20,7 @@ from ..config import Config
 from ..metrics import Metrics
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
-from .state import Facts, GangState, Phase, derive_phase, transition
+from .state import Claim, Facts, GangState, Phase, derive_phase, transition
 
 
 class BindFailed(Exception):
@@ -86,6 +86,26 @@ def runs(member: PodRecord) -> bool:
     return member.holds_capacity and not member.deleting
 
 
+class Earmarks(Protocol):
+    """The head-of-line claim (``queue.GangQueue``), as the filter paths ask about it."""
+
+    def blocking(self, gang: str | None, priority: int) -> Claim | None:
+        """The claim a pod of ``gang`` (None: no gang) at ``priority`` must keep off, if any."""
+        ...
+
+    def check(self) -> list[str]:
+        """Violations of the claim's invariants."""
+        ...
+
+    def view(self, key: str) -> dict[str, object]:
+        """A gang's place in the queue, for /debug/gangs."""
+        ...
+
+    def document(self) -> dict[str, object] | None:
+        """The claim, for /debug/gangs."""
+        ...
+
+
 # Told of every phase change: (gang, from, to, reason). Events and PodGroup status hang off it.
 PhaseObserver = Callable[[GangState, Phase, Phase, str], None]
 
@@ -104,6 +124,7 @@ class Core:
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     observers: list[PhaseObserver] = field(default_factory=list)
     reporter: Reporter | None = None
+    earmarks: Earmarks | None = None
 
     def note(self, state: GangState, reason: str, note: str, type_: str = NORMAL) -> None:
         """An Event about the gang (beyond its phase changes, which observers report)."""

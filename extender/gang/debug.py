@@ -49,6 +49,7 @@ def gangs(core: Core) -> list[dict[str, Any]]:
             "failures": state.failures,
             "reason": state.reason,
             "requests": format_resources(first.requests) if first else "{}",
+            **(core.earmarks.view(key) if core.earmarks is not None else {}),
         })
     return out
 
@@ -59,5 +60,6 @@ def document(core: Core) -> dict[str, Any]:
         "reservedPods": core.ledger.reserved_pods(),
         "reservedNodes": core.ledger.reserved_nodes(),
         "inflightBinds": inflight(core),
+        "claim": core.earmarks.document() if core.earmarks is not None else None,
         "cache": core.cache.counts(),
     }

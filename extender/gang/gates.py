@@ -117,11 +117,15 @@ class GateInput:
 
 def protect_reservations(core: Core, pod: PodRecord, candidates: list[str],
                          own_gang: str | None) -> FilterDecision:
-    """Pods outside a reserving gang may use any node, except capacity reserved for a gang."""
-    if not core.ledger.any_reserved:
+    """Pods outside a reserving gang may use any node, except capacity reserved for a gang or
+    earmarked for the head of the queue (unless the pod ranks above it)."""
+    claim = core.earmarks.blocking(own_gang, pod.priority) if core.earmarks is not None else None
+    if not core.ledger.any_reserved and claim is None:
         return FilterDecision(candidates, candidates)
     # Decide the (few) reserved nodes; they are dropped from the candidates when the answer is read.
     rejected: dict[str, str] = {}
+    if claim is not None:
+        rejected = dict.fromkeys(claim.nodes, claim.reason(core.clock()))
     for name, view in core.ledger.protected().items():
         if own_gang is not None and view.holders == (own_gang,):
             continue

@@ -14,6 +14,8 @@ def check_invariants(core: Core) -> list[str]:
     """Every violation, as a sentence; an empty list means the core is consistent."""
     problems = core.ledger.check()
     problems += core.ledger.overcommitted()
+    if core.earmarks is not None:
+        problems += core.earmarks.check()
     for key, state in core.gangs.items():
         reservation = core.ledger.reservation_of(key)
         for uid in state.held:

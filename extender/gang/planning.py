@@ -8,7 +8,7 @@ into reservations.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
@@ -35,6 +35,7 @@ class Planner:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.level_names = tuple(level.name for level in core.config.levels)
+        self.queue_version: Callable[[], int] = lambda: 0  # claims made or released (queue.py)
 
     def level(self, ref: str | None) -> int | None:
         return None if ref is None else self.core.config.level_index(ref)
@@ -57,7 +58,7 @@ class Planner:
         spec = core.cache.gang_spec(key)
         pending = sum(1 for m in core.cache.members(key) if m.pending)
         return (core.cache.capacity_version, core.ledger.reservation_version,
-                core.ledger.inflight_version, pending, spec.min_count if spec else 0)
+                core.ledger.inflight_version, pending, spec.min_count if spec else 0, self.queue_version())
 
     def memo_answer(self, state: GangState, candidates: list[str]) -> str | None:
         memo = state.nofit

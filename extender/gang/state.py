@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -83,6 +83,28 @@ class NoFitMemo:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Capacity earmarked for the head of the queue (``queue.py``): lower-ordered work keeps off."""
+
+    gang: str
+    priority: int
+    made_at: float  # clock when it was made
+    waiting_since: float  # when the gang started waiting (its place in the queue)
+    level: str  # the level's name ("rack")
+    domain: str  # "b0/b0-r1"
+    nodes: frozenset[str]
+    missing: int  # members' capacity missing there when it was made
+    grandfathered: frozenset[str]  # gangs already reserved on those nodes when it was made
+    envelope: Mapping[str, int]  # what one member needs at most (see topology.claims)
+    needed: int  # members it must place
+
+    def reason(self, now: float) -> str:
+        waited = max(0.0, now - self.waiting_since)
+        shown = f"{waited / 60:.0f}m" if waited >= 120 else f"{waited:.0f}s"
+        return f"capacity earmarked for gang {self.gang} (priority {self.priority}, waiting {shown})"
+
+
 @dataclass(slots=True)
 class GangState:
     """What Quorum remembers about one gang beyond the cache and the ledger."""
@@ -113,6 +135,10 @@ class GangState:
     completing: bool = False  # a member succeeded: the gang is finishing, not failing
     recovering_since: float = 0.0
     was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
+    # The queue (queue.py): when it started waiting for capacity (0 when it is not waiting), and
+    # the claim that kept it from a placement last time it did not fit ("" when none did).
+    queued_since: float = 0.0
+    blocked_by: str = ""
     ready_timer: asyncio.TimerHandle | None = None
     recovery_timer: asyncio.TimerHandle | None = None
     requeues: int = 0

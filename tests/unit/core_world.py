@@ -102,9 +102,12 @@ def node(name: str, gpus: int) -> Obj:
             "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}}}
 
 
-def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None) -> Obj:
+def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None,
+        priority: int = 0) -> Obj:
     spec: Obj = {"schedulerName": "quorum", "containers": [
         {"name": "main", "resources": {"requests": {"cpu": "1", GPU: str(gpus)}}}]}
+    if priority:
+        spec["priority"] = priority
     if group:
         spec["schedulingGroup"] = {"podGroupName": group}
     return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
@@ -112,8 +115,10 @@ def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: 
             "spec": spec, "status": {"phase": "Pending"}}
 
 
-def podgroup(name: str, min_count: int | None, rack: bool) -> Obj:
+def podgroup(name: str, min_count: int | None, rack: bool, priority: int = 0) -> Obj:
     spec: Obj = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
+    if priority:
+        spec["priority"] = priority
     if rack:
         spec["schedulingConstraints"] = {"topology": [{"key": "rack"}]}
     return {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
@@ -226,17 +231,17 @@ class Apiserver:
         return out
 
     def new_pod(self, gang: str | None, gpus: int, min_count: int, rack: bool,
-                groups: tuple[str, ...]) -> Obj:
+                groups: tuple[str, ...], priority: int = 0) -> Obj:
         """Members of one annotation gang carry the same declaration, as a Job's template gives them."""
         self._seq += 1
         name = f"{gang or 'p'}-{self._seq}"
         if gang is None or gang in groups:
-            return pod(name, gpus, group=gang)
+            return pod(name, gpus, group=gang, priority=priority)
         first = next((o for o in self.pods.values() if gang_key_of_pod(o) == f"{NAMESPACE}/{gang}"), None)
         annotations = {"quorum.dev/gang": gang, "quorum.dev/min-count": str(min_count)}
         if rack:
             annotations["quorum.dev/required-topology"] = "rack"
-        return pod(name, gpus, first["metadata"]["annotations"] if first else annotations)
+        return pod(name, gpus, first["metadata"]["annotations"] if first else annotations, priority=priority)
 
     # ------------------------------------------------------------------ changing it
     def create_pod(self, obj: Obj) -> None:

@@ -147,7 +147,7 @@ class World:
         self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=clock,
                                        strict=True)
         self.metrics.track_state(self.coordinator.phase_counts, self.cache.counts,
-                                 self.coordinator.reserved_count)
+                                 self.coordinator.reserved_count, self.coordinator.queue_counts)
         self.names: list[str] = []
         for b in range(2):
             for r in range(racks):
@@ -190,3 +190,17 @@ def gang_of(world: World, count: int, min_count: int, prefix: str = "w", **kw: A
     for name in names:
         world.add(gang_pod(name, gang=prefix, min_count=min_count, **kw))
     return names
+
+
+async def schedule(world: World, names: list[str]) -> dict[str, str]:
+    """kube-scheduler's round for these pods: filter each, bind all, the watch shows them bound."""
+    nodes = {}
+    for pod_name in names:
+        passing = world.filter(pod_name).passing
+        assert passing, world.coordinator.reason_of(world.cache.pods[f"uid-{pod_name}"].gang_key or "")
+        nodes[pod_name] = passing[0]
+    answers = await asyncio.gather(*(world.bind(n, nodes[n]) for n in names))
+    assert answers == [""] * len(names), answers
+    for pod_name in names:
+        world.bind_in_cache(pod_name, nodes[pod_name])
+    return nodes

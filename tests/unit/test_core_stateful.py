@@ -24,8 +24,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from extender.cluster.cache import ClusterCache
 from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from extender.cluster.records import pod_record
-from extender.config import Config, GangTimings, Lifecycle
+from extender.config import Config, GangTimings, Lifecycle, Starvation
 from extender.gang.coordinator import Coordinator
+from extender.gang.state import Claim
 from extender.metrics import Metrics
 
 from .core_world import (
@@ -47,12 +48,14 @@ CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backof
                                             backoff_max_seconds=0.2, max_replans=2),
                  lifecycle=Lifecycle(pods_ready_timeout_seconds=0.1, recovery_timeout_seconds=0.1,
                                      backoff_base_seconds=0.02, backoff_max_seconds=0.2, backoff_jitter=0,
-                                     backoff_limit_count=2))
+                                     backoff_limit_count=2),
+                 starvation=Starvation(claim_after_seconds=0.05))
 ANNOTATION_GANGS = ("a0", "a1")
 GROUPS = ("g0", "g1")
 CLAIMED = (*ANNOTATION_GANGS, *GROUPS, "z9")  # gangs a request may name; "z9" exists nowhere
 GANG = st.sampled_from((*ANNOTATION_GANGS, *GROUPS, None))  # None: a plain pod
 GPUS = st.sampled_from([1, 2, 2, 4, 8])
+PRIORITY = st.sampled_from([0, 0, 100])
 
 
 class CoreMachine(RuleBasedStateMachine):
@@ -135,14 +138,15 @@ class CoreMachine(RuleBasedStateMachine):
         self.loop.run(lambda: self.api.cache.upsert_node(obj))
 
     @rule(gang=GANG, gpus=GPUS, min_count=st.integers(1, 4), rack=st.booleans(),
-          count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]))
-    def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool) -> None:
+          count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]), priority=PRIORITY)
+    def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool,
+                     priority: int = 0) -> None:
         """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
         if gang in GROUPS and gang not in self.api.podgroups and count != "one":
-            self.podgroup_changes(gang, min_count, rack)
+            self.podgroup_changes(gang, min_count, rack, priority)
         extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
         for _ in range(max(1, min_count + extra)):
-            obj = self.api.new_pod(gang, gpus, min_count, rack, GROUPS)
+            obj = self.api.new_pod(gang, gpus, min_count, rack, GROUPS, priority)
             self.loop.run(partial(self.api.create_pod, obj))
 
     def _pod_goes(self, uid: str, finish: bool) -> None:
@@ -196,8 +200,9 @@ class CoreMachine(RuleBasedStateMachine):
             self.loop.run(lambda: self.api.put_pod(obj))
 
     @rule(group=st.sampled_from(GROUPS), min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
-          rack=st.booleans())
-    def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool) -> None:
+          rack=st.booleans(), priority=PRIORITY)
+    def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool,
+                         priority: int = 0) -> None:
         """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted."""
         if min_count == "gone":
             obj = self.api.podgroups.pop(group, podgroup(group, None, False))
@@ -207,7 +212,7 @@ class CoreMachine(RuleBasedStateMachine):
         running = self.api.running(key) | {u for u, (g, _) in self.api.binding.items() if g == key}
         if isinstance(min_count, int) and 0 < len(running) < min_count:
             self.api.disturbed.add(key)  # minCount raised over members already running
-        obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack)
+        obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
         self.api.podgroups[group] = obj
         self.loop.run(lambda: self.api.cache.upsert_podgroup(obj))
 
@@ -218,14 +223,33 @@ class CoreMachine(RuleBasedStateMachine):
         if subset and candidates and data.draw(st.booleans(), label="subset"):
             candidates = data.draw(st.lists(st.sampled_from(candidates), unique=True), label="candidates")
         record, declared = pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+        claim = self.coordinator.queue.claim
         decision = self.loop.run(lambda: self.coordinator.filter(record, declared, candidates))
         assert set(decision.passing) <= set(candidates)
+        if claim is not None and claim is self.coordinator.queue.claim and self._ranks_below(obj, claim):
+            assert not set(decision.passing) & claim.nodes, \
+                f"{obj['metadata']['name']} was offered capacity earmarked for {claim.gang}"
         reserved = self.coordinator.reservation_of(self.api.gang_of(uid) or "").get(uid)
         if reserved is not None:
             assert decision.passing == [reserved], "a reserved member is answered its reserved node"
         self.answers.pop(uid, None)
         if decision.passing:
             self.answers[uid] = data.draw(st.sampled_from(decision.passing), label="chosen")
+
+    def _ranks_below(self, obj: Obj, claim: Claim) -> bool:
+        """The pod must keep off the claim: not its gang's, not above it, not a gang that ran, not
+        a member reserved before the claim was made."""
+        uid = obj["metadata"]["uid"]
+        gang = self.coordinator.cache.pods[uid].gang_key if uid in self.coordinator.cache.pods \
+            else gang_key_of_pod(obj)
+        if gang == claim.gang or gang in claim.grandfathered:
+            return False
+        queue = self.coordinator.queue
+        spec = self.coordinator.cache.gang_spec(gang) if gang else None
+        if gang is None or spec is None or not spec.is_gang:
+            return int(obj["spec"].get("priority", 0)) <= claim.priority
+        state = self.coordinator.core.gangs.get(gang)
+        return queue.priority_of(gang) <= claim.priority and not (state is not None and state.started)
 
     @precondition(lambda self: self.pending())
     @rule(data=st.data(), claimed=st.sampled_from((None, None, None, *CLAIMED)), min_count=st.integers(1, 2))

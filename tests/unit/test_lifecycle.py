@@ -17,7 +17,7 @@ from extender.config import Config, Lifecycle
 from extender.gang.coordinator import Coordinator
 from extender.gang.effects import CONDITION_INITIALLY_SCHEDULED, CONDITION_PODS_READY, CONDITION_RECOVERING
 
-from .fixtures import World, gang_pod, make_node, make_podgroup
+from .fixtures import World, gang_pod, make_node, make_podgroup, schedule
 
 RACK_KEY = "topology.quorum.dev/rack"
 
@@ -68,20 +68,6 @@ def group_gang(world: World, name: str, count: int, rack: bool = False, start: i
     for pod_name in names:
         world.add(gang_pod(pod_name, podgroup=name, gpus=8))
     return names
-
-
-async def schedule(world: World, names: list[str]) -> dict[str, str]:
-    """kube-scheduler's round for these pods: filter each, bind all, the watch shows them bound."""
-    nodes = {}
-    for pod_name in names:
-        passing = world.filter(pod_name).passing
-        assert passing, world.coordinator.reason_of(world.cache.pods[f"uid-{pod_name}"].gang_key or "")
-        nodes[pod_name] = passing[0]
-    answers = await asyncio.gather(*(world.bind(n, nodes[n]) for n in names))
-    assert answers == [""] * len(names), answers
-    for pod_name in names:
-        world.bind_in_cache(pod_name, nodes[pod_name])
-    return nodes
 
 
 def drop(world: World, names: list[str]) -> None:

@@ -1,0 +1,318 @@
+"""Which gang waits first, and the claim that keeps the first from waiting for ever.
+
+**Order.** Gangs waiting for capacity (phase Pending: quorum exists, not placed) are ordered by
+priority, highest first, then by when they started waiting (the first time their quorum existed,
+kept across a bind-timeout backoff, new after a requeue), then by name. The priority is the
+PodGroup's ``spec.priority`` when set, else the highest priority among the gang's pods (admission
+resolves ``priorityClassName`` into the pod's ``spec.priority``).
+
+**Claim.** Without more, whichever pods kube-scheduler happens to try first take capacity as it
+frees, so a large gang can wait for ever behind a stream of small ones. So the head of the queue,
+once it does not fit and has waited ``starvation.claimAfterSeconds`` (at once when its priority is
+above every other waiting gang's and ``claimOnPriority`` is set), earmarks the domain where it could
+fit soonest (``topology.claims.choose_claim``). Lower-ordered gangs and plain pods of lower or equal
+priority are kept off those nodes; nothing running is disturbed, so the domain fills up as its pods
+finish. Work that fits elsewhere schedules as usual (backfill). One claim exists at a time; it goes
+when its gang reserves, backs off, is deleted, or stops being the head.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..topology.claims import ClaimNode, choose_claim, copies, envelope
+from ..topology.placement import Member
+from .core import Core
+from .state import Claim, GangState, Phase
+
+log = logging.getLogger(__name__)
+
+IMPOSSIBLE_RECHECK_SECONDS = 30.0  # a gang no domain could hold is looked at again this often
+# A claim whose domain has had room for its gang this long without the gang taking it is given up:
+# kube-scheduler is not placing the gang there (node affinity, taints: what Quorum does not model),
+# and holding the domain would only starve everything else. The gang claims nothing for a while.
+UNUSED_CLAIM_SECONDS = 60.0
+UNUSED_CLAIM_PAUSE_SECONDS = 300.0
+
+
+class GangQueue:
+    def __init__(self, core: Core) -> None:
+        self.core = core
+        self.claim: Claim | None = None
+        self.version = 0  # moves whenever a claim is made or released (part of a no-fit's key)
+        self._order: list[str] = []
+        self._priority: dict[str, int] = {}
+        self._dirty = True
+        self._soon = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_due = 0.0
+        self._impossible: dict[str, float] = {}  # gang -> when no domain could hold it
+        self._unused: dict[str, float] = {}  # gang -> when it left a claim unused
+        self._room_since = 0.0  # since when the claimed domain has had room for its gang (0: no room)
+        self._room_checked = (-1, -1, -1)  # capacity, reservation and in-flight versions checked
+        core.observers.append(self._phase_changed)
+        core.earmarks = self
+
+    # ------------------------------------------------------------------ order
+    def priority_of(self, key: str) -> int:
+        spec = self.core.cache.gang_spec(key)
+        if spec is not None and spec.priority:
+            return spec.priority
+        return max((m.priority for m in self.core.cache.members(key)), default=0)
+
+    def order(self) -> list[str]:
+        """Waiting gangs, first first."""
+        self._reorder()
+        return self._order
+
+    def position(self, key: str) -> int | None:
+        """1-based place in the queue, or None for a gang that is not waiting."""
+        order = self.order()
+        return order.index(key) + 1 if key in order else None
+
+    def _reorder(self) -> None:
+        if not self._dirty:
+            return
+        waiting = [s for s in self.core.gangs.values() if s.phase == Phase.PENDING and s.queued_since]
+        self._priority = {s.key: self.priority_of(s.key) for s in waiting}
+        waiting.sort(key=lambda s: (-self._priority[s.key], s.queued_since, s.key))
+        self._order = [s.key for s in waiting]
+        self._dirty = False
+        for memo in (self._impossible, self._unused):
+            for key in [k for k in memo if k not in self._priority]:
+                del memo[key]
+
+    def _phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
+        if target == Phase.PENDING and not state.queued_since:
+            state.queued_since = self.core.clock()
+        elif target == Phase.BOUND:
+            state.queued_since = 0.0  # it ran: waiting again later (after a requeue) is a new arrival
+        if target != Phase.PENDING:
+            state.blocked_by = ""
+        self._dirty = True
+        if self.claim is not None and self.claim.gang == state.key and target != Phase.PENDING:
+            self._release(f"gang {state.key} is {target}")
+        self._refresh_soon()
+
+    # ------------------------------------------------------------------ the claim
+    def blocking(self, gang: str | None, priority: int) -> Claim | None:
+        """The claim a pod must keep off: not its own gang's, not when it ranks above the holder,
+        and never for a gang that already ran (its replacements rejoin it)."""
+        self.refresh()
+        claim = self.claim
+        if claim is None or gang == claim.gang or priority > claim.priority:
+            return None
+        if gang is not None:
+            state = self.core.gangs.get(gang)
+            if state is not None and state.started:
+                return None
+        return claim
+
+    def refresh(self) -> None:
+        """Bring the order and the claim up to date (cheap when nothing changed)."""
+        self._soon = False
+        core = self.core
+        if self.claim is not None and self.claim.gang not in core.gangs:
+            self._release(f"gang {self.claim.gang} is gone")
+        self._reorder()
+        head = self._head()
+        if self.claim is not None and self.claim.gang != head:
+            self._release(f"gang {head} is now first in the queue" if head else "no gang waits")
+        if self.claim is not None and self._check_unused(self.claim):
+            head = self._head()
+        settings = core.config.starvation
+        if self.claim is not None or head is None or not settings.enabled:
+            return
+        state = core.gangs[head]
+        due = state.queued_since + settings.claim_after_seconds
+        now = core.clock()
+        # Priority claims at once, but only a gang known not to fit (one that fits is about to be
+        # placed). Waiting long enough claims regardless: kube-scheduler's own filters may reject
+        # every node for it (none free) without ever asking Quorum.
+        at_once = settings.claim_on_priority and state.nofit is not None and self._outranks_all(head)
+        if now < due and not at_once:
+            self._arm(due - now)
+            return
+        self._make(state)
+
+    def _head(self) -> str | None:
+        """The first waiting gang that may claim: not one no domain could hold, nor one that just
+        left a claim unused."""
+        now = self.core.clock()
+        for key in self._order:
+            since = self._impossible.get(key)
+            if since is not None and now - since < IMPOSSIBLE_RECHECK_SECONDS:
+                continue
+            since = self._unused.get(key)
+            if since is not None and now - since < UNUSED_CLAIM_PAUSE_SECONDS:
+                continue
+            return key
+        return None
+
+    def _check_unused(self, claim: Claim) -> bool:
+        """Give up a claim whose domain has had room for its gang for a while, unused (True)."""
+        core = self.core
+        ledger = core.ledger
+        versions = (core.cache.capacity_version, ledger.reservation_version, ledger.inflight_version)
+        now = core.clock()
+        if versions != self._room_checked:
+            self._room_checked = versions
+            room = sum(copies(free[0], free[1], claim.envelope) for name in claim.nodes
+                       if (free := ledger.free(name, claim.gang)) is not None)
+            if room < claim.needed:
+                self._room_since = 0.0
+            elif not self._room_since:
+                self._room_since = now
+        if self._room_since and now - self._room_since >= UNUSED_CLAIM_SECONDS:
+            self._unused[claim.gang] = now
+            self._dirty = True
+            state = core.gangs.get(claim.gang)
+            if state is not None:
+                core.note(state, "ClaimUnused",
+                          f"gang {claim.gang}: {claim.level} {claim.domain} had room for it for "
+                          f"{UNUSED_CLAIM_SECONDS:.0f}s and kube-scheduler did not place it there; "
+                          f"the claim is given up for {UNUSED_CLAIM_PAUSE_SECONDS:.0f}s")
+            self._release("unused")
+            return True
+        return False
+
+    def _outranks_all(self, head: str) -> bool:
+        others = [self._priority[k] for k in self._order if k != head]
+        return self._priority[head] > (max(others) if others else 0)
+
+    def _make(self, state: GangState) -> None:
+        core = self.core
+        spec = core.cache.gang_spec(state.key)
+        if spec is None:
+            return
+        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
+        needed = max(1, spec.min_count - core.running_count(state.key))
+        members = [Member(m.uid, m.requests) for m in pending[:needed]]
+        required = core.config.level_index(spec.required_topology) if spec.required_topology else None
+        choice = choose_claim(self._snapshot(state.key), members, len(core.config.levels), required)
+        if choice is None:
+            self._impossible[state.key] = core.clock()
+            self._dirty = True
+            log.info("no domain could hold the gang; no claim", extra={"gang": state.key})
+            return
+        self._impossible.pop(state.key, None)
+        nodes = frozenset(choice.nodes)
+        holders = {g for n in nodes for g in core.ledger.gangs_on(n)} - {state.key}
+        level = core.config.levels[choice.level].name
+        self.claim = Claim(state.key, self._priority.get(state.key, 0), core.clock(), state.queued_since,
+                           level, "/".join(choice.domain), nodes, choice.missing, frozenset(holders),
+                           envelope(members), len(members))
+        self._room_since, self._room_checked = 0.0, (-1, -1, -1)
+        self.version += 1
+        core.metrics.claims.labels("made").inc()
+        note = (f"earmarked {level} {self.claim.domain} ({len(nodes)} nodes; capacity for "
+                f"{choice.missing} of {len(members)} members still in use there)")
+        log.info("claim made", extra={"gang": state.key, "level": level, "domain": self.claim.domain,
+                                      "nodes": len(nodes), "missing": choice.missing})
+        core.note(state, "Claimed", f"gang {state.key}: {note}")
+        core.requeue(state.key, pending, "capacity earmarked")  # it may fit there already
+
+    def _snapshot(self, key: str) -> list[ClaimNode]:
+        out = []
+        free_of = self.core.ledger.free
+        for name, node in self.core.cache.nodes.items():
+            free = free_of(name, key)
+            if free is not None:
+                out.append(ClaimNode(name, node.domains, node.allocatable, node.pods_allocatable,
+                                     free[0], free[1], node.ready))
+        return out
+
+    def _release(self, why: str) -> None:
+        claim, self.claim = self.claim, None
+        if claim is None:
+            return
+        self.version += 1
+        self.core.metrics.claims.labels("released").inc()
+        log.info("claim released", extra={"gang": claim.gang, "domain": claim.domain, "why": why})
+        # Gangs kept off the domain may fit now; plain pods retry on the cluster events that follow.
+        self.core.wake_gangs_that_did_not_fit(exclude=claim.gang)
+
+    # ------------------------------------------------------------------ scheduling of refreshes
+    def _refresh_soon(self) -> None:
+        if self._soon:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous caller): the next filter refreshes
+        self._soon = True
+        loop.call_soon(self.refresh)
+
+    def _arm(self, delay: float) -> None:
+        due = self.core.clock() + delay
+        if self._timer is not None:
+            if abs(due - self._timer_due) < 0.5:
+                return  # already armed for that moment (refresh runs on every filter call)
+            self._timer.cancel()
+            self._timer = None
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        self._timer_due = due
+        self._timer = loop.call_later(max(delay, 0.0) + 0.01, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        self._dirty = True
+        self.refresh()
+
+    # ------------------------------------------------------------------ checks and views
+    def check(self) -> list[str]:
+        """No claim without a waiting gang; claimed nodes reserved only by the holder, gangs that
+        were there first, gangs that already ran, or gangs that rank above it."""
+        claim = self.claim
+        if claim is None:
+            return []
+        state = self.core.gangs.get(claim.gang)
+        if state is None or state.phase != Phase.PENDING:
+            phase = state.phase if state is not None else "gone"
+            return [f"claim held by gang {claim.gang}, which is not waiting ({phase})"]
+        problems = []
+        for node in sorted(claim.nodes):
+            for gang in self.core.ledger.gangs_on(node):
+                other = self.core.gangs.get(gang)
+                if gang == claim.gang or gang in claim.grandfathered or (other is not None and other.started):
+                    continue
+                if self.priority_of(gang) > claim.priority:
+                    continue
+                problems.append(f"node {node}: earmarked for gang {claim.gang} but reserved by {gang}")
+        return problems
+
+    def view(self, key: str) -> dict[str, object]:
+        """What /debug/gangs says of a gang's place in the queue."""
+        state = self.core.gangs.get(key)
+        position = self.position(key)
+        now = self.core.clock()
+        out: dict[str, object] = {"priority": self.priority_of(key), "queuePosition": position}
+        if state is not None and position is not None:
+            out["waitingSeconds"] = round(now - state.queued_since, 1)
+            if state.blocked_by:
+                out["blockedBy"] = state.blocked_by
+        claim = self.claim
+        if claim is not None and claim.gang == key:
+            out["claim"] = {"level": claim.level, "domain": claim.domain, "nodes": len(claim.nodes),
+                            "missingAtClaim": claim.missing, "ageSeconds": round(now - claim.made_at, 1)}
+        return out
+
+    def document(self) -> dict[str, object] | None:
+        claim = self.claim
+        if claim is None:
+            return None
+        return {"gang": claim.gang, "priority": claim.priority, "level": claim.level, "domain": claim.domain,
+                "nodes": sorted(claim.nodes), "reason": claim.reason(self.core.clock())}
+
+    def claimed_nodes(self) -> int:
+        return len(self.claim.nodes) if self.claim is not None else 0
+
+
+def keep_off(claim: Claim, candidates: list[str]) -> list[str]:
+    """The candidates outside the claim."""
+    nodes = claim.nodes
+    return [n for n in candidates if n not in nodes]
