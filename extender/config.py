@@ -65,6 +65,19 @@ class Starvation:
     claim_on_priority: bool = True  # a head gang above every other waiting gang in priority claims at once
 
 
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """Whole-gang preemption by Quorum (off by default: turning it on means Quorum evicts work).
+
+    A waiting gang at the head of the queue that does not fit displaces lower-priority work: whole
+    gangs and plain pods, fewest first, through the Eviction API; its domain is claimed meanwhile.
+    """
+
+    enabled: bool = False
+    # Victims still terminating after this long no longer hold up a new plan (a budget refused them).
+    victim_grace_seconds: float = 120.0
+
+
 DEFAULT_LEVELS = (
     TopologyLevel("block", "topology.quorum.dev/block"),
     TopologyLevel("rack", "topology.quorum.dev/rack"),
@@ -81,6 +94,7 @@ class Config:
     gang: GangTimings = field(default_factory=GangTimings)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     starvation: Starvation = field(default_factory=Starvation)
+    preemption: Preemption = field(default_factory=Preemption)
     max_request_bytes: int = 32 * 1024 * 1024
     body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
     log_level: str = "info"
@@ -221,12 +235,18 @@ def _starvation(raw: Mapping[str, Any]) -> Starvation:
                       claim_on_priority=_flag(raw, "claimOnPriority", "starvation", True))
 
 
+def _preemption(raw: Mapping[str, Any]) -> Preemption:
+    _check_keys(raw, {"enabled", "victimGraceSeconds"}, "preemption")
+    return Preemption(enabled=_flag(raw, "enabled", "preemption", False),
+                      victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0))
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "starvation", "http", "log",
-                      "debug"},
+    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "starvation", "preemption",
+                      "http", "log", "debug"},
                 "")
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port"}, "listen")
@@ -264,6 +284,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
+        preemption=_preemption(_section(raw, "preemption")),
         host=host,
         port=_port(listen.get("port", 8888), "listen.port"),
         kubeconfig=kubeconfig,

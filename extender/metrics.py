@@ -84,6 +84,10 @@ class Metrics:
             "quorum_claims_total",
             "Head-of-line claims (capacity earmarked for the first waiting gang), by event (made, "
             "released).", ["event"], registry=r)
+        self.preemptions = Counter(
+            "quorum_preemptions_total",
+            "Victims Quorum evicted to fit a waiting gang, by kind (gang: a whole gang; pod: a plain "
+            "pod).", ["kind"], registry=r)
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
         self.requeues = Counter(
             "quorum_gang_requeues_total",

@@ -40,6 +40,7 @@ class PodRecord:
     ready: bool = False  # its Ready condition is True
     succeeded: bool = False  # phase Succeeded (terminal, and not a failure)
     priority: int = 0  # spec.priority (admission resolves priorityClassName into it)
+    preempts: bool = True  # spec.preemptionPolicy is not Never
 
     @property
     def key(self) -> str:
@@ -145,6 +146,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         ready=_condition(status, "Ready") == "True",
         succeeded=phase == "Succeeded",
         priority=int32(spec.get("priority")),
+        preempts=spec.get("preemptionPolicy") != "Never",
     )
 
 

@@ -33,6 +33,7 @@ from ..topology.scoring import ScoreTable
 from . import debug, gates, preemption
 from .binding import Binder
 from .core import BindFailed, ClusterActions, Core, runs
+from .displacement import Displacer
 from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
 from .ledger import CapacityLedger
@@ -62,6 +63,9 @@ class Coordinator(CacheReactions):
         self.reporter = Reporter(self.core)
         self.lifecycle = Lifecycle(self.core, self.retry)
         self.queue = GangQueue(self.core)
+        self.displacer = Displacer(self.core, self.lifecycle, self.queue.priority_of)
+        if config.preemption.enabled:
+            self.queue.displacer = self.displacer
         self.planner.queue_version = lambda: self.queue.version
         self.scorer = Scorer(self.core, self._running_nodes)
         self._verify_each_call = config.check_invariants
@@ -105,7 +109,7 @@ class Coordinator(CacheReactions):
 
     def check_invariants(self) -> list[str]:
         """Every invariant violation now (empty when the core is consistent)."""
-        return check_invariants(self.core)
+        return check_invariants(self.core) + self.displacer.check()
 
     def _verify(self, after: str) -> None:
         """With debug.checkInvariants, check the core after every call and log what breaks."""
@@ -314,7 +318,10 @@ class Coordinator(CacheReactions):
     # ------------------------------------------------------------------ preempt
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = self.cache.pods.get(pod.uid)
-        return preemption.gang_aware(self.core, self.planner, known or pod, victims)
+        try:
+            return preemption.gang_aware(self.core, self.queue, known or pod, victims)
+        finally:
+            self._verify("preempt")
 
     # ------------------------------------------------------------------ introspection
     def phase_counts(self) -> dict[str, int]:

@@ -160,11 +160,13 @@ class Lifecycle:
                             f"running)", "recovery-timeout")
 
     # ------------------------------------------------------------------ requeue
-    def requeue(self, state: GangState, reason: str, why: str, backoff: bool = True) -> None:
+    def requeue(self, state: GangState, reason: str, why: str, backoff: bool = True,
+                event: str = "Replacing") -> None:
         """Evict every running member and back the gang off, or deactivate it past the limit.
 
-        Without ``backoff`` (re-placing a gang whose domain cannot take its replacements) the
-        gang is placed again at once and the requeue count does not grow.
+        Without ``backoff`` (re-placing a gang whose domain cannot take its replacements, or a gang
+        preempted whole) the gang is placed again at once, the requeue count does not grow, and the
+        Event says ``event``.
         """
         core = self.core
         # Running members, and those whose bind succeeded before the watch showed it.
@@ -177,7 +179,7 @@ class Lifecycle:
         limit = core.config.lifecycle.backoff_limit_count
         core.metrics.requeues.labels(why).inc()
         if not backoff:
-            core.note(state, "Replacing", reason, WARNING)
+            core.note(state, event, reason, WARNING)
             core.sync(state, reason)
         elif limit is not None and state.requeues >= limit:
             state.deactivated = f"{reason}; deactivated after {state.requeues} requeue(s)"

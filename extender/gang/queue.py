@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..topology.claims import ClaimNode, choose_claim, copies, envelope
+from ..topology.claims import ClaimDomain, ClaimNode, choose_claim, copies, envelope
 from ..topology.placement import Member
 from .core import Core
+from .displacement import Displacer
 from .state import Claim, GangState, Phase
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class GangQueue:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0.0
         self._impossible: dict[str, float] = {}  # gang -> when no domain could hold it
+        self.displacer: Displacer | None = None  # whole-gang preemption, when configured
         self._unused: dict[str, float] = {}  # gang -> when it left a claim unused
         self._room_since = 0.0  # since when the claimed domain has had room for its gang (0: no room)
         self._room_checked = (-1, -1, -1)  # capacity, reservation and in-flight versions checked
@@ -122,9 +124,14 @@ class GangQueue:
         if self.claim is not None and self._check_unused(self.claim):
             head = self._head()
         settings = core.config.starvation
+        if head is not None and self.claim is not None and self.claim.gang == head and \
+                self.displacer is not None and core.gangs[head].nofit is not None:
+            self._displace(core.gangs[head])  # a claim waiting for capacity may preempt for it
         if self.claim is not None or head is None or not settings.enabled:
             return
         state = core.gangs[head]
+        if self.displacer is not None and state.nofit is not None and self._displace(state):
+            return
         due = state.queued_since + settings.claim_after_seconds
         now = core.clock()
         # Priority claims at once, but only a gang known not to fit (one that fits is about to be
@@ -181,14 +188,42 @@ class GangQueue:
         others = [self._priority[k] for k in self._order if k != head]
         return self._priority[head] > (max(others) if others else 0)
 
+    def displace(self, key: str) -> frozenset[str]:
+        """kube-scheduler found no node for a member of ``key``: if the gang is first in the queue,
+        let it preempt. The victims being displaced for it (empty: none)."""
+        if self.displacer is None:
+            return frozenset()
+        self._dirty = True
+        self._reorder()
+        state = self.core.gangs.get(key)
+        if state is not None and self._head() == key:
+            self._displace(state)
+        return self.displacer.victims_for(key)
+
+    def _displace(self, state: GangState) -> bool:
+        """Start a displacement for the gang; True when one started (its domain is then claimed)."""
+        assert self.displacer is not None
+        plan = self.displacer.consider(state, lambda: self._snapshot(state.key))
+        if plan is None:
+            return False
+        if self.claim is not None:
+            self._release(f"gang {state.key} preempts in {'/'.join(plan.domain)}")
+        self._claim(state, ClaimDomain(plan.level, plan.domain, plan.nodes, 0), self._members(state))
+        return True
+
+    def _members(self, state: GangState) -> list[Member]:
+        core = self.core
+        spec = core.cache.gang_spec(state.key)
+        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
+        needed = max(1, (spec.min_count if spec else 1) - core.running_count(state.key))
+        return [Member(m.uid, m.requests) for m in pending[:needed]]
+
     def _make(self, state: GangState) -> None:
         core = self.core
         spec = core.cache.gang_spec(state.key)
         if spec is None:
             return
-        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
-        needed = max(1, spec.min_count - core.running_count(state.key))
-        members = [Member(m.uid, m.requests) for m in pending[:needed]]
+        members = self._members(state)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
         choice = choose_claim(self._snapshot(state.key), members, len(core.config.levels), required)
         if choice is None:
@@ -197,6 +232,11 @@ class GangQueue:
             log.info("no domain could hold the gang; no claim", extra={"gang": state.key})
             return
         self._impossible.pop(state.key, None)
+        self._claim(state, choice, members)
+
+    def _claim(self, state: GangState, choice: ClaimDomain, members: list[Member]) -> None:
+        core = self.core
+        pending = [m for m in core.cache.members(state.key) if m.pending]
         nodes = frozenset(choice.nodes)
         holders = {g for n in nodes for g in core.ledger.gangs_on(n)} - {state.key}
         level = core.config.levels[choice.level].name

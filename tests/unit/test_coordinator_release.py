@@ -183,6 +183,18 @@ async def test_preempt_passes_victims_through_but_protects_gangs_at_quorum() -> 
     assert kept == {"b0-r1-n0": victims["b0-r1-n0"]}
 
 
+async def test_preempt_vetoes_a_node_whose_victims_together_take_a_gang_below_quorum() -> None:
+    world = World()
+    for i, node in enumerate(["b0-r0-n0", "b0-r0-n0", "b0-r0-n1"]):
+        world.add(pod(f"w{i}", gang="w", min_count=2, gpus=1, node_name=node))
+    world.add(pod("plain", gpus=8))
+    two_on_one_node = {"b0-r0-n0": {"Pods": [{"UID": "uid-w0"}, {"UID": "uid-w1"}], "NumPDBViolations": 0}}
+    # Each alone leaves the gang at its quorum (3 - 1 = 2); together they leave it at 1.
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], two_on_one_node) == {}
+    one = {"b0-r0-n1": {"Pods": [{"UID": "uid-w2"}], "NumPDBViolations": 0}}
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], one) == one
+
+
 def _victims(world: World, names: list[str]) -> dict[str, dict[str, Any]]:
     return {world.pods[n]["spec"]["nodeName"]: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0}
             for n in names}
@@ -209,7 +221,7 @@ async def test_a_member_of_a_gang_not_yet_in_the_cache_evicts_nothing() -> None:
     assert kept == {}
 
 
-async def test_a_gang_member_keeps_only_the_victims_its_whole_gang_needs() -> None:
+async def test_with_whole_gang_preemption_off_a_gang_member_evicts_nothing() -> None:
     # 2 x 8 GPUs, required rack. Rack b0-r0 is full of plain pods; b1-r1 has one busy node.
     world = World()
     for i, name in enumerate(["b0-r0-n0", "b0-r0-n1", "b1-r1-n0"]):
@@ -218,9 +230,9 @@ async def test_a_gang_member_keeps_only_the_victims_its_whole_gang_needs() -> No
         world.add(pod(f"half-{name}", gpus=4, node_name=name))
     gang_of(world, 2, min_count=2, gpus=8, required="rack")
     proposed = _victims(world, ["busy0", "busy1", "busy2"])
-    kept = world.coordinator.preempt(typed(world.pods["w0"])[0], proposed)
-    # Evicting busy2 frees a rack with its free neighbour: one victim instead of two.
-    assert kept == {"b1-r1-n0": proposed["b1-r1-n0"]}
+    assert world.coordinator.preempt(typed(world.pods["w0"])[0], proposed) == {}
+    assert world.sample("quorum_preemptions_refused_total") == 1
+    assert world.actions.evicted == []
     # A plain pod's preemption is left to kube-scheduler.
     world.add(pod("plain", gpus=8))
     assert world.coordinator.preempt(typed(world.pods["plain"])[0], proposed) == proposed

@@ -16,6 +16,7 @@ import asyncio
 import os
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -24,7 +25,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from extender.cluster.cache import ClusterCache
 from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
 from extender.cluster.records import pod_record
-from extender.config import Config, GangTimings, Lifecycle, Starvation
+from extender.config import Config, GangTimings, Lifecycle, Preemption, Starvation
 from extender.gang.coordinator import Coordinator
 from extender.gang.state import Claim
 from extender.metrics import Metrics
@@ -49,7 +50,7 @@ CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backof
                  lifecycle=Lifecycle(pods_ready_timeout_seconds=0.1, recovery_timeout_seconds=0.1,
                                      backoff_base_seconds=0.02, backoff_max_seconds=0.2, backoff_jitter=0,
                                      backoff_limit_count=2),
-                 starvation=Starvation(claim_after_seconds=0.05))
+                 starvation=Starvation(claim_after_seconds=0.05), preemption=Preemption(enabled=True))
 ANNOTATION_GANGS = ("a0", "a1")
 GROUPS = ("g0", "g1")
 CLAIMED = (*ANNOTATION_GANGS, *GROUPS, "z9")  # gangs a request may name; "z9" exists nowhere
@@ -271,6 +272,30 @@ class CoreMachine(RuleBasedStateMachine):
                 self._filter(self.api.pods[uid], data, subset=False)
                 if uid in self.answers and data.draw(st.sampled_from([True, True, False]), label="bind"):
                     self._bind(uid, self.answers.pop(uid))
+
+    @precondition(lambda self: self.pending() and self._running())
+    @rule(data=st.data())
+    def scheduler_preempts(self, data: st.DataObject) -> None:
+        """kube-scheduler found no node for a pod and proposes victims (/preempt); it evicts what
+        the answer keeps. Whatever it proposes, no gang may be left partly running by it."""
+        uid = data.draw(st.sampled_from(self.pending()))
+        chosen = data.draw(st.lists(st.sampled_from(self._running()), unique=True, min_size=1, max_size=4))
+        proposed: dict[str, dict[str, Any]] = {}
+        for victim in chosen:
+            where = bound_node(self.api.pods[victim])
+            entry = proposed.setdefault(where, {"Pods": [], "NumPDBViolations": 0})
+            entry["Pods"].append({"UID": victim})
+        obj = self.api.pods[uid]
+        record = pod_record(obj, gang_key_of_pod(obj))
+        kept = self.loop.run(lambda: self.coordinator.preempt(record, proposed))
+        for node_name, entry in kept.items():
+            assert node_name in proposed
+            assert all(victim in proposed[node_name]["Pods"] for victim in entry["Pods"])
+        if kept:  # it picks one of the nodes offered and evicts that node's victims
+            chosen_node = data.draw(st.sampled_from(sorted(kept)), label="node")
+            for victim in kept[chosen_node]["Pods"]:
+                if victim["UID"] in self.api.pods:
+                    self.loop.run(partial(self.api.drop_pod, victim["UID"]))
 
     def _bind(self, uid: str, node_name: str) -> asyncio.Task[str]:
         name, coordinator = self.api.pods[uid]["metadata"]["name"], self.coordinator

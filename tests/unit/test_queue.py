@@ -6,7 +6,7 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
-from extender.config import Config, Starvation
+from extender.config import Config, Preemption, Starvation
 from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
 from extender.topology.claims import ClaimNode, choose_claim
@@ -30,11 +30,12 @@ class Clock:
 class QueueWorld(World):
     """2 blocks x 2 racks x 2 nodes of 8 GPUs, a hand-moved clock and the given starvation settings."""
 
-    def __init__(self, **starvation: Any) -> None:
+    def __init__(self, preemption: bool = False, **starvation: Any) -> None:
         self.clock = Clock()
         super().__init__(clock=self.clock)
         self.cache.listeners.clear()
-        config = replace(Config(), starvation=Starvation(**starvation))
+        config = replace(Config(), starvation=Starvation(**starvation),
+                         preemption=Preemption(enabled=preemption))
         self.metrics = Metrics()
         self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=self.clock,
                                        strict=True)
@@ -48,13 +49,18 @@ class QueueWorld(World):
         self.add(obj)
         return name
 
-    def group(self, name: str, size: int, rack: bool = False, priority: int = 0, gpus: int = 8) -> list[str]:
+    def group(self, name: str, size: int, rack: bool = False, priority: int = 0, gpus: int = 8,
+              nodes: list[str] | None = None, never: bool = False) -> list[str]:
+        """A PodGroup gang of ``size`` pods, pending or (``nodes``) running there."""
         obj = make_podgroup(name, size, topology_key=RACK_KEY if rack else None)
         obj["spec"]["priority"] = priority
         self.cache.upsert_podgroup(obj)
         names = [f"{name}{i}" for i in range(size)]
-        for pod_name in names:
-            self.add(gang_pod(pod_name, podgroup=name, gpus=gpus))
+        for i, pod_name in enumerate(names):
+            member = gang_pod(pod_name, podgroup=name, gpus=gpus, node_name=nodes[i] if nodes else "")
+            if never:
+                member["spec"]["preemptionPolicy"] = "Never"
+            self.add(member)
         return names
 
     def finish(self, name: str) -> None:

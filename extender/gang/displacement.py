@@ -1,0 +1,168 @@
+"""Whole-gang preemption decided by Quorum: the head of the queue displaces lower-priority work.
+
+kube-scheduler's own preemption works one pod at a time and knows nothing of gangs: it can evict
+part of a running gang, or evict work for a gang that still cannot fit. So with
+``preemption.enabled`` Quorum decides instead, for the gang first in the queue that does not fit:
+
+- the victims are whole units of strictly lower priority, each a running gang (every member goes:
+  a gang is never left partly running) or a plain pod, chosen by ``topology.victims`` to free a
+  fitting placement in one domain with the fewest units, lowest priority first;
+- the plan is reported (log, and a ``Preempting`` Event on the preemptor) before anything is
+  evicted, then every victim is evicted through the Eviction API (PodDisruptionBudgets apply);
+  a victim gang is requeued without a backoff and waits its turn like any other;
+- the preemptor claims the domain at once (``queue.py``), so nothing else takes what the victims
+  free while they terminate;
+- one displacement is under way at a time; the next is planned when its victims are gone (or
+  after ``preemption.victimGraceSeconds``, when a budget keeps one from going).
+
+A gang any of whose pending members says ``preemptionPolicy: Never`` displaces nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..cluster.records import PodRecord
+from ..topology.claims import ClaimNode
+from ..topology.placement import Member
+from ..topology.victims import Displacement, Unit, choose_victims
+from .core import Core, runs
+from .effects import WARNING
+from .lifecycle import Lifecycle
+from .state import GangState
+
+log = logging.getLogger(__name__)
+
+PLAN_INTERVAL_SECONDS = 5.0  # a gang whose displacement found nothing is not searched again sooner
+
+
+@dataclass(slots=True)
+class UnderWay:
+    gang: str
+    started: float
+    victims: frozenset[str]  # pod uids
+    victim_gangs: frozenset[str]
+    displacement: Displacement
+
+
+class Displacer:
+    def __init__(self, core: Core, lifecycle: Lifecycle, priority_of: Callable[[str], int]) -> None:
+        self.core = core
+        self.lifecycle = lifecycle
+        self.priority_of = priority_of
+        self.under_way: UnderWay | None = None
+        self._searched: dict[str, float] = {}  # gang -> when a search last found nothing
+
+    @property
+    def enabled(self) -> bool:
+        return self.core.config.preemption.enabled
+
+    def busy(self) -> bool:
+        """A displacement whose victims still hold capacity (and are within their grace)."""
+        work = self.under_way
+        if work is None:
+            return False
+        pods = self.core.cache.pods
+        waiting = any(uid in pods and pods[uid].holds_capacity for uid in work.victims)
+        if waiting and self.core.clock() - work.started < self.core.config.preemption.victim_grace_seconds:
+            return True
+        self.under_way = None
+        return False
+
+    def victims_for(self, gang: str) -> frozenset[str]:
+        """The pods being displaced for ``gang`` (empty when none are)."""
+        work = self.under_way
+        return work.victims if work is not None and work.gang == gang and self.busy() else frozenset()
+
+    def consider(self, state: GangState, snapshot: Callable[[], list[ClaimNode]]) -> Displacement | None:
+        """Plan and start a displacement for the gang; the plan when one was started."""
+        core = self.core
+        if not self.enabled or self.busy():
+            return None
+        now = core.clock()
+        if now - self._searched.get(state.key, -PLAN_INTERVAL_SECONDS) < PLAN_INTERVAL_SECONDS:
+            return None
+        spec = core.cache.gang_spec(state.key)
+        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
+        if spec is None or not pending or not all(m.preempts for m in pending):
+            return None
+        needed = max(1, spec.min_count - core.running_count(state.key))
+        if len(pending) < needed:
+            return None
+        priority = self.priority_of(state.key)
+        members = [Member(m.uid, m.requests) for m in pending[:needed]]
+        required = core.config.level_index(spec.required_topology) if spec.required_topology else None
+        plan = choose_victims(snapshot(), self._units(below=priority, exclude=state.key), members,
+                              len(core.config.levels), required)
+        if plan is None or not plan.units:
+            self._searched[state.key] = now
+            if len(self._searched) > 4096:
+                self._searched.clear()
+            return None
+        self._execute(state, priority, plan)
+        return plan
+
+    def _units(self, below: int, exclude: str) -> list[Unit]:
+        """Running work of lower priority: each gang whole, each plain pod alone."""
+        core = self.core
+        gangs: dict[str, list[PodRecord]] = {}
+        units: list[Unit] = []
+        for pod in core.cache.pods.values():
+            if not runs(pod) or pod.node_name not in core.cache.nodes:
+                continue
+            spec = core.cache.gang_spec(pod.gang_key) if pod.gang_key else None
+            if spec is not None and spec.is_gang:
+                if pod.gang_key != exclude:
+                    gangs.setdefault(spec.key, []).append(pod)
+            elif pod.priority < below:
+                units.append(Unit(f"pod {pod.key}", pod.priority, ((pod.uid, pod.node_name, pod.requests),)))
+        for key, members in gangs.items():
+            priority = self.priority_of(key)
+            if priority < below:
+                units.append(Unit(f"gang {key}", priority,
+                                  tuple((m.uid, m.node_name, m.requests) for m in members)))
+        return units
+
+    def _execute(self, state: GangState, priority: int, plan: Displacement) -> None:
+        core = self.core
+        reason = f"preempted by gang {state.key} (priority {priority})"
+        names = [u.key for u in plan.units]
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        domain = "/".join(plan.domain)
+        log.warning("preempting", extra={"gang": state.key, "domain": domain, "victims": names})
+        core.note(state, "Preempting", f"gang {state.key}: evicting {shown} to fit in {domain}", WARNING)
+        victims: set[str] = set()
+        victim_gangs: set[str] = set()
+        pods = core.cache.pods
+        for unit in plan.units:
+            victims.update(uid for uid, _, _ in unit.pods)
+            if unit.key.startswith("gang "):
+                key = unit.key.removeprefix("gang ")
+                victim_gangs.add(key)
+                self.lifecycle.requeue(core.state(key), f"gang {key}: {reason}", "preempted", backoff=False,
+                                       event="Preempted")
+                continue
+            pod = pods.get(unit.pods[0][0])
+            if pod is not None:
+                core.note_pod(pod, "Preempted", f"pod {pod.key}: {reason}", WARNING)
+                self.lifecycle.evict([pod], reason)
+        core.metrics.preemptions.labels("gang").inc(len(victim_gangs))
+        core.metrics.preemptions.labels("pod").inc(len(plan.units) - len(victim_gangs))
+        self.under_way = UnderWay(state.key, core.clock(), frozenset(victims), frozenset(victim_gangs), plan)
+
+    def check(self) -> list[str]:
+        """A victim gang is never left partly running: every running member is being evicted."""
+        work = self.under_way
+        if work is None:
+            return []
+        problems = []
+        for key in sorted(work.victim_gangs):
+            state = self.core.gangs.get(key)
+            evicting = state.evicting if state is not None else set()
+            left = [m.name for m in self.core.cache.members(key)
+                    if runs(m) and m.uid in work.victims and m.uid not in evicting]
+            if left:
+                problems.append(f"gang {key}: preempted but {left} left running")
+        return problems

@@ -1,0 +1,190 @@
+"""Whole-gang preemption decided by Quorum (``gang/displacement.py``, ``topology/victims.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from extender.topology.claims import ClaimNode
+from extender.topology.placement import Member
+from extender.topology.victims import Unit, choose_victims
+
+from .fixtures import schedule, typed
+from .test_queue import QueueWorld
+
+GPU = "nvidia.com/gpu"
+HIGH = 100
+
+
+async def settle() -> None:
+    """Let spawned evictions reach the fake apiserver."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def low_gang_fills_rack_and_plain_pods_the_rest(world: QueueWorld) -> list[str]:
+    """Gang ml/low (priority 10) fills rack b0-r0; plain pods (priority 0) fill every other rack:
+    a 2 x 8-GPU rack gang fits nowhere, and one unit (the gang) frees a rack where two pods would."""
+    low = world.group("low", 2, rack=True, priority=10, nodes=["b0-r0-n0", "b0-r0-n1"])
+    for name in world.names[2:]:
+        world.plain(f"plain-{name}", node=name)
+    return low
+
+
+def proposals(world: QueueWorld, names: list[str]) -> dict[str, dict[str, Any]]:
+    """kube-scheduler's victims, one node each, as /preempt receives them."""
+    return {world.pods[n]["spec"]["nodeName"]: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0}
+            for n in names}
+
+
+async def test_a_waiting_gang_evicts_the_fewest_units_a_lower_gang_whole_and_takes_its_rack() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
+    high = world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []
+    await settle()
+    # One unit (the whole gang, both members) beats two plain pods in another rack.
+    assert sorted(world.actions.evicted) == sorted(low)
+    assert world.claim is not None and world.claim.gang == "ml/high" and world.claim.domain == "b0/b0-r0"
+    assert "Preempting" in world.actions.event_reasons("high")
+    assert "Preempted" in world.actions.event_reasons("low")
+    assert world.sample("quorum_preemptions_total", kind="gang") == 1
+    assert world.sample("quorum_preemptions_total", kind="pod") == 0
+    world.check()
+    # The victims go; their Job recreates them, and they wait while the preemptor binds there.
+    for name in low:
+        world.cache.delete_pod(world.pods.pop(name))
+    again = world.group("low", 2, rack=True, priority=10)
+    assert world.filter(again[0]).passing == []
+    placed = await schedule(world, high)
+    assert {world.rack_of(n) for n in placed.values()} == {"b0-r0"}
+    world.check()
+
+
+async def test_victims_are_only_ever_of_lower_priority() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    world.group("peer", 2, rack=True, priority=HIGH, nodes=["b0-r0-n0", "b0-r0-n1"])
+    for name in world.names[2:]:
+        world.plain(f"vip-{name}", node=name, priority=HIGH)
+    world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []
+    await settle()
+    assert world.actions.evicted == []
+
+
+async def test_plain_pods_are_victims_when_they_are_the_cheapest() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    for rack in ("b0-r0", "b0-r1", "b1-r0", "b1-r1"):
+        block, r = rack.split("-")
+        world.plain(f"plain-{rack}", node=f"{block}-{r}-n0", priority=5 if rack == "b1-r0" else 0)
+    world.group("high", 2, rack=True, priority=HIGH)
+    world.filter("high0")
+    await settle()
+    # One plain pod frees a whole rack; the lowest priority goes first (b1-r0's pod is priority 5).
+    assert world.actions.evicted == ["plain-b0-r0"]
+    assert world.claim is not None and world.claim.domain == "b0/b0-r0"
+    world.check()
+
+
+async def test_no_preemption_when_it_is_off_or_the_preemptor_says_never() -> None:
+    for preemption, never in ((False, False), (True, True)):
+        world = QueueWorld(preemption=preemption, claim_after_seconds=3600, claim_on_priority=False)
+        low_gang_fills_rack_and_plain_pods_the_rest(world)
+        world.group("high", 2, rack=True, priority=HIGH, never=never)
+        assert world.filter("high0").passing == []
+        await settle()
+        assert world.actions.evicted == [], (preemption, never)
+        assert world.coordinator.preempt(typed(world.pods["high0"])[0],
+                                         proposals(world, ["low0", "plain-b0-r1-n0"])) == {}
+
+
+async def test_a_gang_that_cannot_fit_even_with_every_victim_gone_evicts_nothing() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.group("huge", 3, rack=True, priority=HIGH)  # 3 x 8 GPUs: no rack of 2 nodes holds it
+    assert world.filter("huge0").passing == []
+    proposed = proposals(world, ["low0", "plain-b0-r1-n0"])
+    assert world.coordinator.preempt(typed(world.pods["huge0"])[0], proposed) == {}
+    await settle()
+    assert world.actions.evicted == []
+    assert world.sample("quorum_preemptions_refused_total") == 1
+
+
+async def test_kube_schedulers_proposals_are_kept_only_where_quorums_plan_evicts() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.group("high", 2, rack=True, priority=HIGH)
+    # No filter call ever reached Quorum (no node passed kube-scheduler's own filters): /preempt
+    # is where the gang is first seen, and where the whole-gang preemption starts.
+    proposed = proposals(world, ["low0", "plain-b0-r1-n0"])
+    kept = world.coordinator.preempt(typed(world.pods["high0"])[0], proposed)
+    assert kept == {"b0-r0-n0": proposed["b0-r0-n0"]}
+    await settle()
+    assert sorted(world.actions.evicted) == ["low0", "low1"]  # the whole gang, not just low0
+    world.check()
+
+
+async def test_one_displacement_at_a_time_until_its_victims_are_gone() -> None:
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.group("high", 2, rack=True, priority=HIGH)
+    world.filter("high0")
+    await settle()
+    assert len(world.actions.evicted) == 2
+    world.clock.now += 30
+    world.filter("high0")  # victims still terminating: no second plan
+    await settle()
+    assert len(world.actions.evicted) == 2
+    world.check()
+
+
+# ------------------------------------------------------------------ the pure search
+def _node(name: str, rack: str, free: int) -> ClaimNode:
+    return ClaimNode(name, (rack.split("-")[0], rack, name), {GPU: 8}, 110, {GPU: free}, 100)
+
+
+def _unit(key: str, priority: int, *nodes: str, gpus: int = 8) -> Unit:
+    return Unit(key, priority, tuple((f"{key}-{n}", n, {GPU: gpus}) for n in nodes))
+
+
+def test_choose_victims_prefers_fewer_units_then_lower_priority() -> None:
+    nodes = [_node("a1", "b0-r0", 0), _node("a2", "b0-r0", 0),
+             _node("b1", "b0-r1", 0), _node("b2", "b0-r1", 0)]
+    members = [Member("m0", {GPU: 8}), Member("m1", {GPU: 8})]
+    units = [_unit("gang-x", 3, "a1", "a2"), _unit("p1", 1, "b1"), _unit("p2", 1, "b2")]
+    plan = choose_victims(nodes, units, members, 3, required_level=1)
+    assert plan is not None and [u.key for u in plan.units] == ["gang-x"] and plan.domain == ("b0", "b0-r0")
+    # With two gangs of one unit each, the lower priority goes.
+    units = [_unit("gang-x", 3, "a1", "a2"), _unit("gang-y", 2, "b1", "b2")]
+    plan = choose_victims(nodes, units, members, 3, required_level=1)
+    assert plan is not None and [u.key for u in plan.units] == ["gang-y"]
+
+
+def test_choose_victims_drops_units_the_fit_does_not_need() -> None:
+    nodes = [_node("a1", "b0-r0", 0), _node("a2", "b0-r0", 0)]
+    one = [Member("m0", {GPU: 8})]
+    # Lowest priority first takes the half-node pod on a1 (freeing no whole node), then the pod on
+    # a2, which alone is enough: the first is dropped again.
+    units = [_unit("half", 0, "a1", gpus=4), _unit("full", 1, "a2")]
+    plan = choose_victims(nodes, units, one, 3, required_level=1)
+    assert plan is not None and [u.key for u in plan.units] == ["full"]
+    # Both are needed when a1 must give back its 4 GPUs too.
+    nodes = [_node("a1", "b0-r0", 4), _node("a2", "b0-r0", 0)]
+    two = [Member("m0", {GPU: 8}), Member("m1", {GPU: 8})]
+    plan = choose_victims(nodes, units, two, 3, required_level=1)
+    assert plan is not None and sorted(u.key for u in plan.units) == ["full", "half"]
+
+
+def test_choose_victims_takes_the_lowest_priority_inside_a_domain() -> None:
+    nodes = [_node("a1", "b0-r0", 0), _node("a2", "b0-r0", 0)]
+    units = [_unit("important", 5, "a1"), _unit("batch", 0, "a2")]
+    plan = choose_victims(nodes, units, [Member("m0", {GPU: 8})], 3, required_level=1)
+    assert plan is not None and [u.key for u in plan.units] == ["batch"]
+
+
+def test_choose_victims_finds_nothing_when_no_domain_could_hold_the_gang() -> None:
+    nodes = [_node("a1", "b0-r0", 0), _node("a2", "b0-r0", 0)]
+    members = [Member(f"m{i}", {GPU: 8}) for i in range(3)]
+    assert choose_victims(nodes, [_unit("g", 0, "a1", "a2")], members, 3, required_level=1) is None
+    plan = choose_victims(nodes, [], members[:2], 3, required_level=1)
+    assert plan is None  # nothing to evict and no room
