@@ -18,6 +18,8 @@ from extender.config import (
     Config,
     ConfigError,
     GangTimings,
+    Preemption,
+    Starvation,
     TopologyLevel,
     apply_overrides,
     env_overrides,
@@ -41,6 +43,8 @@ gang:
   backoffMaxSeconds: 120
   maxReplans: 5
 lifecycle: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60}
+starvation: {claimAfterSeconds: 30}
+preemption: {enabled: true}
 http: {maxRequestBytes: 4194304, bodyTimeoutSeconds: 2.5}
 log: {level: debug, format: text}
 debug: {checkInvariants: true}
@@ -103,6 +107,16 @@ def test_full_file(tmp_path: Path) -> None:
     assert config.gang == GangTimings(45.0, 2.5, 120.0, 5)
     assert config.max_request_bytes == 4194304
     assert (config.log_level, config.log_format) == ("debug", "text")
+
+
+def test_queue_and_preemption_settings() -> None:
+    assert Config().starvation == Starvation(True, 60.0, True)
+    assert Config().preemption == Preemption(False, 120.0)
+    doc = {"starvation": {"claimAfterSeconds": 0, "claimOnPriority": False},
+           "preemption": {"enabled": True, "victimGraceSeconds": 30}}
+    config = from_mapping(doc)
+    assert config.starvation == Starvation(True, 0.0, False)
+    assert config.preemption == Preemption(True, 30.0)
 
 
 def test_shipped_example_config_loads() -> None:
@@ -193,6 +207,14 @@ INVALID = [
     ("lifecycle.backoffLimitCount", 1.5, "lifecycle.backoffLimitCount"),
     ("lifecycle.replaceOutsideDomain", "yes", "lifecycle.replaceOutsideDomain"),
     ("lifecycle.timeout", 5, "lifecycle.timeout"),
+    ("starvation.claimAfterSeconds", -1, "starvation.claimAfterSeconds"),
+    ("starvation.claimAfterSeconds", "1m", "starvation.claimAfterSeconds"),
+    ("starvation.enabled", "no", "starvation.enabled"),
+    ("starvation.claimOnPriority", 1, "starvation.claimOnPriority"),
+    ("starvation.delay", 5, "starvation.delay"),
+    ("preemption.enabled", "true", "preemption.enabled"),
+    ("preemption.victimGraceSeconds", 0, "preemption.victimGraceSeconds"),
+    ("preemption.mode", "gang", "preemption.mode"),
     ("http.maxRequestBytes", 100, "http.maxRequestBytes"),
     ("http.maxRequestBytes", "32Mi", "http.maxRequestBytes"),
     ("http.bodyTimeoutSeconds", 0, "http.bodyTimeoutSeconds"),
