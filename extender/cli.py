@@ -11,6 +11,7 @@ from aiohttp import web
 
 from . import config as cfg
 from . import logs
+from .adapters import status
 from .adapters.informer import Informer
 from .adapters.kube import KubeClient, load_credentials
 from .adapters.server import build_app
@@ -25,6 +26,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="quorum-extender",
         description="kube-scheduler HTTP extender for gang scheduling and topology-aware placement",
+        epilog="'quorum-extender status --help': why each gang waits, read from a running Quorum",
     )
     parser.add_argument("--config", help="YAML configuration file")
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
@@ -79,7 +81,10 @@ def build(config: cfg.Config) -> web.Application:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["status"]:  # quorum-extender status: read a running Quorum, start nothing
+        return status.main(words[1:])
+    args = parse_args(words)
     try:
         config = load_config(args)
     except cfg.ConfigError as exc:
