@@ -21,7 +21,9 @@ class JsonFormatter(logging.Formatter):
         }
         for key, value in vars(record).items():
             if key not in _STANDARD:
-                doc[key] = value
+                # An extra field never replaces the record's own (a "level" extra once read as
+                # the log level): it is kept beside it under another name.
+                doc[f"extra.{key}" if key in doc else key] = value
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         return orjson.dumps(doc, default=str).decode()

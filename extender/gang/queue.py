@@ -248,7 +248,7 @@ class GangQueue:
         core.metrics.claims.labels("made").inc()
         note = (f"earmarked {level} {self.claim.domain} ({len(nodes)} nodes; capacity for "
                 f"{choice.missing} of {len(members)} members still in use there)")
-        log.info("claim made", extra={"gang": state.key, "level": level, "domain": self.claim.domain,
+        log.info("claim made", extra={"gang": state.key, "topologyLevel": level, "domain": self.claim.domain,
                                       "nodes": len(nodes), "missing": choice.missing})
         core.note(state, "Claimed", f"gang {state.key}: {note}")
         core.requeue(state.key, pending, "capacity earmarked")  # it may fit there already
