@@ -41,6 +41,7 @@ class PodRecord:
     succeeded: bool = False  # phase Succeeded (terminal, and not a failure)
     priority: int = 0  # spec.priority (admission resolves priorityClassName into it)
     preempts: bool = True  # spec.preemptionPolicy is not Never
+    nominated_node: str = ""  # status.nominatedNodeName: where kube-scheduler's preemption made room
 
     @property
     def key(self) -> str:
@@ -147,6 +148,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         succeeded=phase == "Succeeded",
         priority=int32(spec.get("priority")),
         preempts=spec.get("preemptionPolicy") != "Never",
+        nominated_node=nominated if isinstance(nominated := status.get("nominatedNodeName"), str) else "",
     )
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ..cluster.cache import (
@@ -28,7 +29,7 @@ from ..cluster.cache import (
 from ..cluster.records import GangSpec, PodRecord
 from ..config import Config
 from ..metrics import Metrics
-from ..topology.placement import NoFit
+from ..topology.placement import NoFit, Placement
 from ..topology.scoring import ScoreTable
 from . import debug, gates, preemption
 from .binding import Binder
@@ -38,7 +39,7 @@ from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
 from .ledger import CapacityLedger
 from .lifecycle import Lifecycle
-from .planning import Planner
+from .planning import Planner, honour_nominations
 from .queue import GangQueue, keep_off
 from .reactions import CacheReactions
 from .reporting import Reporter
@@ -206,12 +207,16 @@ class Coordinator(CacheReactions):
         if g.pod.uid not in pending and not g.known:
             pending[g.pod.uid] = g.pod  # the cache has not seen this pod yet; place it from the request
         bound_nodes = self._running_nodes(state.key)
-        candidates = g.candidates
+        candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
         claim = self.queue.blocking(state.key, self.queue.priority_of(state.key))
         if claim is not None:
-            candidates = keep_off(claim, g.candidates)  # backfill: only what lies outside the claim
+            candidates = keep_off(claim, candidates)  # backfill: only what lies outside the claim
         result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
-        kept_off = claim is not None and isinstance(result, NoFit) and len(candidates) < len(g.candidates)
+        if isinstance(result, Placement) and len(candidates) > len(g.candidates):
+            result = replace(result, assignment=honour_nominations(result.assignment, pending,
+                                                                    set(g.candidates), g.pod.uid))
+        kept_off = claim is not None and isinstance(result, NoFit) and \
+            any(n in claim.nodes for n in g.candidates)
         state.blocked_by = claim.gang if claim is not None and kept_off else ""
         if claim is not None and isinstance(result, NoFit) and kept_off:
             result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")

@@ -22,6 +22,32 @@ log = logging.getLogger(__name__)
 Freed = Mapping[str, tuple[Resources, int]]
 
 
+def honour_nominations(assignment: Mapping[str, str], pending: Mapping[str, PodRecord], offered: set[str],
+                       first_uid: str | None) -> dict[str, str]:
+    """The same placement with members of equal requests swapped, so that a member nominated to a
+    node of the placement is reserved there, and the member being filtered gets a node it was
+    offered (see ``Planner.with_mates_nominations``). Swapping equal requests keeps every node's
+    total unchanged; members that cannot be matched keep their place."""
+    out = dict(assignment)
+    pinned = {uid for uid, node in out.items() if pending[uid].nominated_node == node}
+
+    def swap_into(uid: str, eligible: Callable[[str], bool]) -> bool:
+        for other, node in out.items():
+            if other != uid and other not in pinned and eligible(node) and \
+                    pending[other].requests == pending[uid].requests:
+                out[uid], out[other] = node, out[uid]
+                return True
+        return False
+
+    for uid in sorted(out):
+        want = pending[uid].nominated_node
+        if uid not in pinned and want and swap_into(uid, want.__eq__):
+            pinned.add(uid)
+    if first_uid in out and out[first_uid] not in offered and first_uid not in pinned:
+        swap_into(first_uid, lambda node: node in offered)
+    return out
+
+
 def fingerprint(candidates: list[str]) -> tuple[int, int]:
     """Identifies a set of node names whatever their order (kube-scheduler's varies between calls).
 
@@ -56,9 +82,10 @@ class Planner:
         stays valid until then (status updates of rejected pods do not invalidate it)."""
         core = self.core
         spec = core.cache.gang_spec(key)
-        pending = sum(1 for m in core.cache.members(key) if m.pending)
-        return (core.cache.capacity_version, core.ledger.reservation_version,
-                core.ledger.inflight_version, pending, spec.min_count if spec else 0, self.queue_version())
+        pending = [m for m in core.cache.members(key) if m.pending]
+        nominated = hash(frozenset(m.nominated_node for m in pending if m.nominated_node))
+        return (core.cache.capacity_version, core.ledger.reservation_version, core.ledger.inflight_version,
+                len(pending), spec.min_count if spec else 0, self.queue_version(), nominated)
 
     def memo_answer(self, state: GangState, candidates: list[str]) -> str | None:
         memo = state.nofit
@@ -122,6 +149,23 @@ class Planner:
             if isinstance(result, Placement):
                 break
         return result
+
+    @staticmethod
+    def with_mates_nominations(candidates: list[str], pending: Mapping[str, PodRecord],
+                               uid: str) -> list[str]:
+        """The candidates plus the nodes kube-scheduler nominated the pod's gang mates to.
+
+        kube-scheduler counts a pod nominated to a node (after its own preemption made room there)
+        as occupying that node when it filters any other pod of equal or lower priority, gang mates
+        included. So each nominated member passes its filters only on its own nominated node, and a
+        gang planned on what one member is offered would never fit where the room was made. The
+        ledger knows those nodes' real free capacity; the mates passed the scheduler's filters there
+        when they were nominated.
+        """
+        offered = set(candidates)
+        extra = [m.nominated_node for m in pending.values()
+                 if m.nominated_node and m.uid != uid and m.nominated_node not in offered]
+        return candidates + extra if extra else candidates
 
     def remember_nofit(self, state: GangState, result: NoFit, candidates: list[str]) -> str:
         reason = f"gang {state.key} {result.reason}"
