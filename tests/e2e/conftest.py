@@ -25,6 +25,8 @@ from kubernetes.client.exceptions import ApiException
 
 from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
 from .lifecycle_support import NodeFaults
+from .process import LocalProcess
+from .reconfigure import Reconfigurer
 from .scenario import GangWatcher, Scenario
 
 RESULTS: dict[str, dict[str, Any]] = {}
@@ -169,6 +171,21 @@ def node_faults(kube: Kube) -> Iterator[NodeFaults]:
         yield faults
     finally:
         faults.restore()
+
+
+@pytest.fixture
+def reconfigure(settings: Settings, quorum: Quorum) -> Iterator[Reconfigurer]:
+    """Restart the local Quorum with configuration overrides (``reconfigure.apply({...})``); the
+    suite's configuration is back after the test. Request it before ``scenario``, so the namespace
+    is cleaned up by the Quorum the test ran with."""
+    probe = LocalProcess.from_pid_file(settings.quorum_pid_file, must_contain="extender")
+    if isinstance(probe, str):
+        pytest.skip(f"needs the local Quorum process: {probe}")
+    reconfigurer = Reconfigurer(settings.quorum_pid_file, quorum)
+    try:
+        yield reconfigurer
+    finally:
+        reconfigurer.restore()
 
 
 # ------------------------------------------------------------------------------------ reporting

@@ -18,9 +18,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from .cluster import Kube, Settings, pod_manifest, wait
+from .cluster import PODGROUP_API, Kube, Settings, pod_manifest, wait
+from .scenario import Scenario, node_of
 
 # Pod annotations read by the Stages in hack/kwok/stages.yaml.
 ANN_NEVER_READY = "kwok.quorum.dev/never-ready"  # "true": Running, but Ready stays False
@@ -239,3 +241,82 @@ class NodeFaults:
         self.not_ready.clear()
         restore_nodes(self.kube, self.deleted.values(), timeout=timeout)
         self.deleted.clear()
+
+
+# ------------------------------------------------------------------------------ Events
+def quorum_events(sc: Scenario, kind: str, name: str) -> list[dict[str, Any]]:
+    """Events Quorum reported about one object, oldest first (read through core/v1, which shows
+    events.k8s.io/v1 Events with ``involvedObject`` and ``reportingComponent``)."""
+    out = [e for e in sc.kube.events(sc.ns)
+           if (e.get("regarding") or e.get("involvedObject") or {}).get("name") == name
+           and (e.get("regarding") or e.get("involvedObject") or {}).get("kind") == kind
+           and (e.get("reportingController") or e.get("reportingComponent")) == "quorum.dev/extender"]
+    out.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
+    return out
+
+
+# ------------------------------------------------------------------------------ priorities
+# PriorityClasses the queue and preemption scenarios use (admission turns them into spec.priority).
+# HIGH_NEVER: priority 1000 with preemptionPolicy Never (admission refuses a pod that sets a policy
+# other than its class's, so the policy must come from the class).
+LOW, MID, HIGH, HIGH_NEVER = "quorum-e2e-low", "quorum-e2e-mid", "quorum-e2e-high", "quorum-e2e-high-never"
+PRIORITY_CLASSES = {LOW: 100, MID: 500, HIGH: 1000, HIGH_NEVER: 1000}
+
+
+def ensure_priority_classes(kube: Kube) -> dict[str, int]:
+    api = client.SchedulingV1Api(kube.api)
+    for name, value in PRIORITY_CLASSES.items():
+        body = client.V1PriorityClass(metadata=client.V1ObjectMeta(name=name), value=value,
+                                      preemption_policy="Never" if name == HIGH_NEVER else None,
+                                      description="e2e: gang priorities")
+        try:
+            api.create_priority_class(body, _request_timeout=30)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    return PRIORITY_CLASSES
+
+
+def with_priority(manifests: list[dict[str, Any]], priority_class: str) -> list[dict[str, Any]]:
+    for manifest in manifests:
+        manifest["spec"]["priorityClassName"] = priority_class
+    return manifests
+
+
+# ------------------------------------------------------------------------------ Job-run gangs
+def create_podgroup(kube: Kube, namespace: str, name: str, min_count: int, *, rack_label: str | None,
+                    annotations: Mapping[str, str]) -> None:
+    group, version, plural = PODGROUP_API
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if rack_label:
+        spec["schedulingConstraints"] = {"topology": [{"key": rack_label}]}
+    body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+            "spec": spec}
+    kube.custom.create_namespaced_custom_object(group, version, namespace, plural, body, _request_timeout=30)
+
+
+def start_gang(sc: Scenario, name: str, size: int, gpus: int, *, rack: bool = False,
+               group_annotations: Mapping[str, str] | None = None,
+               pod_annotations: Mapping[str, str] | None = None,
+               failure_policy: bool = True, priority_class: str | None = None) -> None:
+    """A PodGroup gang of ``size`` members, run by an Indexed Job of the same name.
+
+    With ``failure_policy`` the Job ignores evictions (DisruptionTarget) in its failure count, but
+    then replaces a pod only once it is Failed; without it, as soon as it is being deleted.
+    ``priority_class`` names the pods' PriorityClass (admission turns it into their priority).
+    """
+    create_podgroup(sc.kube, sc.ns, name, size, rack_label=sc.settings.rack_label if rack else None,
+                    annotations=group_annotations or {})
+    job = job_manifest(sc.settings, name, size, gpus=gpus, pod_group=name, annotations=pod_annotations,
+                       backoff_limit_per_index=50, ignore_disruptions=failure_policy)
+    if priority_class:
+        job["spec"]["template"]["spec"]["priorityClassName"] = priority_class
+    sc.kube.create_job(sc.ns, job)
+
+
+def live_bound(sc: Scenario, job: str, size: int) -> dict[str, str] | None:
+    """name -> node of the Job's live pods, once all ``size`` of them are bound."""
+    pods = job_pods(sc.kube, sc.ns, job)
+    placement = {p["metadata"]["name"]: node_of(p) for p in pods}
+    return placement if len(placement) == size and all(placement.values()) else None

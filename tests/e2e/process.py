@@ -75,3 +75,18 @@ class LocalProcess:
         _STARTED.append(child)
         self.pid_file.write_text(f"{child.pid}\n")
         return child.pid
+
+
+def with_config(process: LocalProcess, path: str) -> LocalProcess:
+    """The same command with ``--config`` pointing at ``path`` (appended if it had none)."""
+    argv = list(process.argv)
+    if "--config" in argv[:-1]:
+        argv[argv.index("--config") + 1] = path
+    else:
+        argv += ["--config", path]
+    return LocalProcess(process.pid, argv, process.env, process.cwd, process.log_path, process.pid_file)
+
+
+def config_of(process: LocalProcess) -> str | None:
+    argv = process.argv
+    return argv[argv.index("--config") + 1] if "--config" in argv[:-1] else None

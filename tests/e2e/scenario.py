@@ -275,10 +275,14 @@ class Scenario:
             self.create(manifests)
         return manifests
 
-    def blockers(self, nodes: Iterable[str], gpus: int, prefix: str = "blocker") -> list[str]:
+    def blockers(self, nodes: Iterable[str], gpus: int, prefix: str = "blocker",
+                 priority_class: str | None = None) -> list[str]:
         """Plain pods bound directly (spec.nodeName) that take ``gpus`` GPUs on each node."""
         manifests = [self.pod(f"{prefix}-{i}", gpus=gpus, node_name=node, role="blocker")
                      for i, node in enumerate(nodes)]
+        if priority_class:
+            for manifest in manifests:
+                manifest["spec"]["priorityClassName"] = priority_class
         names = self.create(manifests)
         # Both schedulers see a bound pod through their informers; Running proves the watch saw it.
         self.wait_for(f"{len(names)} blockers Running",

@@ -11,15 +11,21 @@ after 10 s (its per-index failure delay), and evictions do not count against the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from typing import Any
 
 import pytest
 
-from .cluster import PODGROUP_API, Kube
-from .lifecycle_support import NodeFaults, fail_pod, job_manifest, job_pods, kwok_annotations
+from .lifecycle_support import (
+    NodeFaults,
+    fail_pod,
+    job_pods,
+    kwok_annotations,
+    live_bound,
+    quorum_events,
+    start_gang,
+)
 from .process import LocalProcess
-from .scenario import Scenario, node_of
+from .scenario import Scenario
 
 pytestmark = pytest.mark.e2e
 
@@ -31,40 +37,6 @@ ANN_DEACTIVATED = "quorum.dev/deactivated"
 
 
 # ------------------------------------------------------------------------------------ helpers
-def create_podgroup(kube: Kube, namespace: str, name: str, min_count: int, *, rack_label: str | None,
-                    annotations: Mapping[str, str]) -> None:
-    group, version, plural = PODGROUP_API
-    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if rack_label:
-        spec["schedulingConstraints"] = {"topology": [{"key": rack_label}]}
-    body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
-            "spec": spec}
-    kube.custom.create_namespaced_custom_object(group, version, namespace, plural, body, _request_timeout=30)
-
-
-def start_gang(sc: Scenario, name: str, size: int, gpus: int, *, rack: bool = False,
-               group_annotations: Mapping[str, str], pod_annotations: Mapping[str, str] | None = None,
-               failure_policy: bool = True) -> None:
-    """A PodGroup gang of ``size`` members, run by an Indexed Job of the same name.
-
-    With ``failure_policy`` the Job ignores evictions (DisruptionTarget) in its failure count, but
-    then replaces a pod only once it is Failed; without it, as soon as it is being deleted.
-    """
-    create_podgroup(sc.kube, sc.ns, name, size, rack_label=sc.settings.rack_label if rack else None,
-                    annotations=group_annotations)
-    job = job_manifest(sc.settings, name, size, gpus=gpus, pod_group=name, annotations=pod_annotations,
-                       backoff_limit_per_index=50, ignore_disruptions=failure_policy)
-    sc.kube.create_job(sc.ns, job)
-
-
-def live_bound(sc: Scenario, job: str, size: int) -> dict[str, str] | None:
-    """name -> node of the Job's live pods, once all ``size`` of them are bound."""
-    pods = job_pods(sc.kube, sc.ns, job)
-    placement = {p["metadata"]["name"]: node_of(p) for p in pods}
-    return placement if len(placement) == size and all(placement.values()) else None
-
-
 def podgroup(sc: Scenario, name: str) -> dict[str, Any]:
     obj = sc.kube.podgroup(sc.ns, name)
     assert obj is not None, f"PodGroup {name} is gone"
@@ -80,16 +52,6 @@ def condition(sc: Scenario, name: str, kind: str) -> dict[str, Any] | None:
         if c.get("type") == kind:
             return dict(c)
     return None
-
-
-def quorum_events(sc: Scenario, kind: str, name: str) -> list[dict[str, Any]]:
-    """events.k8s.io/v1 Events Quorum reported about one object, oldest first."""
-    out = [e for e in sc.kube.events(sc.ns)
-           if (e.get("regarding") or e.get("involvedObject") or {}).get("name") == name
-           and (e.get("regarding") or e.get("involvedObject") or {}).get("kind") == kind
-           and (e.get("reportingController") or e.get("reportingComponent")) == "quorum.dev/extender"]
-    out.sort(key=lambda e: e.get("eventTime") or e.get("lastTimestamp") or "")
-    return out
 
 
 def reasons(events: list[dict[str, Any]]) -> list[str]:

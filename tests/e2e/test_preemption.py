@@ -1,8 +1,15 @@
-"""kube-scheduler's per-pod preemption must not destroy work for a gang that still cannot fit.
+"""Preemption through the real kube-scheduler: whole gangs or nothing.
 
-A high-priority gang whose required rack is too small for it will never bind. kube-scheduler's own
-preemption sees only one member at a time: without Quorum's whole-gang check it evicts the plain
-pods holding the GPUs, member by member, and the gang still binds nothing.
+- A high-priority gang whose required rack is too small for it will never bind. kube-scheduler's
+  own preemption sees only one member at a time: without Quorum's whole-gang check it evicts the
+  plain pods holding the GPUs, member by member, and the gang still binds nothing.
+- A high-priority gang that fits only by displacing lower-priority work gets it: Quorum evicts a
+  whole lower-priority gang (never part of one, never a gang of higher priority) or the one plain
+  pod in its way, and the gang binds where they ran. The victims' Job recreates them; they wait.
+- A gang whose pods say ``preemptionPolicy: Never`` displaces nothing.
+
+Quorum runs with ``preemption.enabled`` (tests/e2e/quorum-e2e.yaml). Gangs are Indexed Jobs with a
+PodGroup; priorities come from PriorityClasses.
 """
 
 from __future__ import annotations
@@ -10,31 +17,32 @@ from __future__ import annotations
 import time
 
 import pytest
-from kubernetes import client
 
 from .cluster import Kube
+from .lifecycle_support import (
+    HIGH,
+    HIGH_NEVER,
+    LOW,
+    MID,
+    ensure_priority_classes,
+    job_pods,
+    live_bound,
+    quorum_events,
+    start_gang,
+)
+from .reconfigure import Reconfigurer
 from .scenario import Scenario
 
 pytestmark = pytest.mark.e2e
 
-HIGH = "quorum-e2e-high"
-
 
 @pytest.fixture
-def high_priority(kube: Kube) -> str:
-    api = client.SchedulingV1Api(kube.api)
-    body = client.V1PriorityClass(metadata=client.V1ObjectMeta(name=HIGH), value=1000,
-                                  description="e2e: a gang that may preempt")
-    try:
-        api.create_priority_class(body, _request_timeout=30)
-    except client.ApiException as exc:
-        if exc.status != 409:
-            raise
-    return HIGH
+def priorities(kube: Kube) -> dict[str, int]:
+    return ensure_priority_classes(kube)
 
 
 def test_a_gang_that_cannot_fit_even_by_preemption_evicts_nothing(scenario: Scenario,
-                                                                  high_priority: str) -> None:
+                                                                  priorities: dict[str, int]) -> None:
     sc, topo = scenario, scenario.topo
     rack = next(iter(topo.racks))
     nodes = topo.racks[rack]
@@ -43,7 +51,7 @@ def test_a_gang_that_cannot_fit_even_by_preemption_evicts_nothing(scenario: Scen
     size = len(nodes) + 1
     members = sc.gang("huge", size, gpus=topo.gpus_per_node, required="rack", create=False)
     for manifest in members:
-        manifest["spec"]["priorityClassName"] = high_priority
+        manifest["spec"]["priorityClassName"] = HIGH
         manifest["spec"]["nodeSelector"] = {sc.settings.rack_label: rack}  # only the full rack passes
     before = sc.quorum.metric("quorum_preemptions_refused_total")
     names = sc.create(members)
@@ -55,4 +63,117 @@ def test_a_gang_that_cannot_fit_even_by_preemption_evicts_nothing(scenario: Scen
     assert not evicted, f"plain pods evicted for a gang that cannot fit: {evicted}"
     assert not any(sc.placement(names).values()), "the gang must bind nothing"
     sc.record("preemptions_refused", sc.quorum.metric("quorum_preemptions_refused_total") - before)
+    sc.finish()
+
+
+# ------------------------------------------------------------------ Quorum's whole-gang preemption
+def high_blockers(sc: Scenario, nodes: list[str]) -> list[str]:
+    """Whole-node plain pods at the preemptor's own priority: never victims (only lower ones are)."""
+    return sc.blockers(nodes, gpus=sc.topo.gpus_per_node, prefix="keep", priority_class=HIGH)
+
+
+def all_running(sc: Scenario, names: list[str]) -> bool:
+    pods = sc.pods_named(names)
+    return len(pods) == len(names) and all(not p["metadata"].get("deletionTimestamp") for p in pods.values())
+
+
+def quorum_event_reasons(sc: Scenario, kind: str, name: str) -> list[str]:
+    return [str(e.get("reason")) for e in quorum_events(sc, kind, name)]
+
+
+def test_a_high_priority_gang_evicts_the_lower_of_two_gangs_whole_and_binds(
+        scenario: Scenario, priorities: dict[str, int]) -> None:
+    """Acceptance (d), and the native tests' "gangs of different priority": two racks run a gang
+    each (priority 100 and 500), every other rack is full at the preemptor's priority (1000)."""
+    sc, topo = scenario, scenario.topo
+    racks = list(topo.racks)
+    why = topo.shortfall(nodes_per_rack=2) or (None if len(racks) >= 3 else "needs >= 3 racks")
+    if why:
+        pytest.skip(why)
+    size, gpn = len(topo.racks[racks[0]]), topo.gpus_per_node
+    sc.watcher.grace = 30.0  # the victim's members go one eviction call each
+    keep = high_blockers(sc, [n for r in racks[2:] for n in topo.racks[r]])
+    start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW)
+    start_gang(sc, "mid", size, gpn, rack=True, priority_class=MID)
+    low = sc.wait_for("gang low bound", lambda: live_bound(sc, "low", size), timeout=60)
+    mid = sc.wait_for("gang mid bound", lambda: live_bound(sc, "mid", size), timeout=60)
+    (low_rack,) = {topo.rack_of(n) for n in low.values()}
+
+    start_gang(sc, "high", size, gpn, rack=True, priority_class=HIGH)
+    started = time.monotonic()
+    placed = sc.wait_for("gang high bound", lambda: live_bound(sc, "high", size), timeout=90)
+    bound_after = round(time.monotonic() - started, 1)
+    assert {topo.rack_of(n) for n in placed.values()} == {low_rack}, placed
+    assert all_running(sc, list(mid)), "the gang of priority 500 must not lose a member"
+    assert all_running(sc, keep), "pods at the preemptor's own priority are never victims"
+    gone = [n for n in low if n not in sc.pods_named(low) or sc.pods_named([n])[n]["metadata"].get(
+        "deletionTimestamp")]
+    assert sorted(gone) == sorted(low), f"the lower gang goes whole: {gone} of {sorted(low)}"
+    # Its Job recreates the members; with no rack free they wait, bound nowhere.
+    again = sc.wait_for("gang low recreated", lambda: [p["metadata"]["name"] for p in job_pods(
+        sc.kube, sc.ns, "low") if p["metadata"]["name"] not in low] or None, timeout=60)
+    sc.assert_unbound_for(again, 5, what="the preempted gang's new pods")
+    assert "Preempting" in quorum_event_reasons(sc, "PodGroup", "high")
+    assert "Preempted" in quorum_event_reasons(sc, "PodGroup", "low")
+    sc.record("preempted_gang", {"bound_after_seconds": bound_after,
+                                 "longest_partial_seconds": sc.watcher.longest_partial.get("low")})
+    sc.finish()
+
+
+def _rack_short_of_one_node(sc: Scenario, never: bool) -> tuple[list[str], str, list[str], list[str]]:
+    """Every rack full at priority 1000 except one, where one node holds a plain pod of priority 0.
+    A gang of one whole node per member of that rack, at priority 1000, fits only by evicting it."""
+    topo = sc.topo
+    racks = list(topo.racks)
+    target = racks[0]
+    keep = high_blockers(sc, [n for r in racks[1:] for n in topo.racks[r]])
+    (victim,) = sc.blockers([topo.racks[target][0]], gpus=topo.gpus_per_node, prefix="low")
+    size = len(topo.racks[target])
+    members = sc.gang("g", size, gpus=topo.gpus_per_node, required="rack", create=False)
+    for manifest in members:
+        manifest["spec"]["priorityClassName"] = HIGH_NEVER if never else HIGH
+    return keep, victim, sc.create(members), topo.racks[target]
+
+
+def test_a_gang_that_fits_only_by_evicting_one_lower_priority_pod_evicts_just_it(
+        scenario: Scenario, priorities: dict[str, int]) -> None:
+    """The native and coscheduling integration tests' "fits only by preempting a lower-priority
+    pod", for a gang: exactly that pod goes, and the gang binds in its rack."""
+    sc = scenario
+    if sc.topo.shortfall(nodes_per_rack=2) or len(sc.topo.racks) < 2:
+        pytest.skip("needs >= 2 racks of >= 2 nodes")
+    keep, victim, names, rack_nodes = _rack_short_of_one_node(sc, never=False)
+    placed = sc.wait_bound(names, timeout=90, what="the gang bound after its victim went")
+    assert set(placed.values()) == set(rack_nodes)
+    assert victim not in sc.pods_named([victim]) or sc.pods_named([victim])[victim]["metadata"].get(
+        "deletionTimestamp"), "the one lower-priority pod is evicted"
+    assert all_running(sc, keep), "nothing at the gang's own priority is evicted"
+    sc.finish()
+
+
+def test_a_gang_whose_pods_never_preempt_evicts_nothing(scenario: Scenario,
+                                                       priorities: dict[str, int]) -> None:
+    """Acceptance (e): ``preemptionPolicy: Never`` on the gang's pods; the lower-priority pod stays."""
+    sc = scenario
+    if sc.topo.shortfall(nodes_per_rack=2) or len(sc.topo.racks) < 2:
+        pytest.skip("needs >= 2 racks of >= 2 nodes")
+    keep, victim, names, _ = _rack_short_of_one_node(sc, never=True)
+    sc.assert_unbound_for(names, 15, what="a gang that may not preempt")
+    assert all_running(sc, [victim, *keep]), "nothing is evicted for a gang that never preempts"
+    assert "Preempting" not in quorum_event_reasons(sc, "Pod", "g-0")
+    sc.finish()
+
+
+def test_with_preemption_disabled_a_gang_evicts_nothing(reconfigure: Reconfigurer, scenario: Scenario,
+                                                        priorities: dict[str, int]) -> None:
+    """Acceptance (e), the other half: ``preemption.enabled: false``. Quorum evicts nothing, and
+    its ``/preempt`` answer takes kube-scheduler's own per-pod proposals for the gang away."""
+    sc = scenario
+    if sc.topo.shortfall(nodes_per_rack=2) or len(sc.topo.racks) < 2:
+        pytest.skip("needs >= 2 racks of >= 2 nodes")
+    reconfigure.apply({"preemption": {"enabled": False}})
+    keep, victim, names, _ = _rack_short_of_one_node(sc, never=False)
+    sc.assert_unbound_for(names, 15, what="a gang while preemption is disabled")
+    assert all_running(sc, [victim, *keep]), "nothing is evicted with preemption disabled"
+    assert "Preempting" not in quorum_event_reasons(sc, "Pod", "g-0")
     sc.finish()
