@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -15,11 +16,13 @@ from .adapters import status
 from .adapters.informer import Informer
 from .adapters.kube import KubeClient, load_credentials
 from .adapters.server import build_app
+from .adapters.tls import Reloader
 from .cluster.cache import ClusterCache
 from .gang.coordinator import Coordinator
 from .metrics import Metrics
 
 log = logging.getLogger("extender")
+TLS_RELOADER = web.AppKey("tls_reloader", Reloader)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -65,19 +68,46 @@ def build(config: cfg.Config) -> web.Application:
     informer = Informer(client, cache, metrics)
     # Ready while every kind is listed and watched; the informer marks a kind whose watch is down
     # (or whose loop ended) out of sync, which names it in the 503 answer.
+    separate = config.metrics_port > 0
+    client_names = config.tls.client_names if config.tls else ()
     app = build_app(coordinator, cache, metrics, informer.healthy, config.max_request_bytes,
-                    body_timeout=config.body_timeout_seconds)
+                    body_timeout=config.body_timeout_seconds, observability=not separate,
+                    client_names=client_names)
+    ops = build_app(coordinator, cache, metrics, informer.healthy, config.max_request_bytes,
+                    body_timeout=config.body_timeout_seconds, verbs=False) if separate else None
+    try:
+        reloader = Reloader(config.tls) if config.tls else None
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise cfg.ConfigError(f"listen.tls: cannot load the certificate, key or CA: {exc}") from exc
+    if reloader is not None:
+        app[TLS_RELOADER] = reloader
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         informer.start()
-        log.info("started", extra={"host": config.host, "port": config.port,
+        ops_runner = await serve_plain(ops, config.host, config.metrics_port) if ops is not None else None
+        reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
+        log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
+                                   "mtls": bool(config.tls and config.tls.client_ca_file),
+                                   "metricsPort": config.metrics_port or config.port,
                                    "levels": [lvl.name for lvl in config.levels]})
         yield
+        if reloads is not None:
+            reloads.cancel()
+        if ops_runner is not None:
+            await ops_runner.cleanup()
         await informer.stop()
         await client.close()
 
     app.cleanup_ctx.append(lifecycle)
     return app
+
+
+async def serve_plain(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """The operations endpoints on their own port (plain HTTP, for Prometheus and probes)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,9 +123,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(config.log_level, config.log_format)
     try:
         app = build(config)
+    except cfg.ConfigError as exc:
+        print(f"quorum-extender: invalid configuration: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # credentials that cannot be loaded: say so plainly and stop
         print(f"quorum-extender: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2
+    reloader = app.get(TLS_RELOADER)
     web.run_app(app, host=config.host, port=config.port, access_log=None, print=None,
-                handle_signals=True)
+                handle_signals=True, ssl_context=reloader.listener if reloader is not None else None)
     return 0

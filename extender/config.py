@@ -78,6 +78,17 @@ class Preemption:
     victim_grace_seconds: float = 120.0
 
 
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """HTTPS on the verbs' port (``listen.tls``); ``client_ca_file`` turns on client verification."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str = ""
+    client_names: tuple[str, ...] = ()  # with mTLS: only these certificate names may call the verbs
+    reload_seconds: float = 10.0
+
+
 DEFAULT_LEVELS = (
     TopologyLevel("block", "topology.quorum.dev/block"),
     TopologyLevel("rack", "topology.quorum.dev/rack"),
@@ -89,6 +100,8 @@ DEFAULT_LEVELS = (
 class Config:
     host: str = "127.0.0.1"
     port: int = 8888
+    tls: TlsSettings | None = None
+    metrics_port: int = 0  # > 0: /metrics and /debug/* on this port (plain HTTP), not on the verbs' port
     kubeconfig: str = ""
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     gang: GangTimings = field(default_factory=GangTimings)
@@ -241,6 +254,23 @@ def _preemption(raw: Mapping[str, Any]) -> Preemption:
                       victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0))
 
 
+def _tls(raw: Mapping[str, Any]) -> TlsSettings:
+    _check_keys(raw, {"certFile", "keyFile", "clientCAFile", "clientNames", "reloadSeconds"}, "listen.tls")
+    files = {}
+    for key in ("certFile", "keyFile", "clientCAFile"):
+        value = raw.get(key) or ""
+        if not isinstance(value, str) or (not value and key != "clientCAFile"):
+            raise ConfigError(f"listen.tls.{key}: must be a file path")
+        files[key] = value
+    names = raw.get("clientNames") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+        raise ConfigError("listen.tls.clientNames: must be a list of certificate names")
+    if names and not files["clientCAFile"]:
+        raise ConfigError("listen.tls.clientNames: needs listen.tls.clientCAFile (client certificates)")
+    return TlsSettings(files["certFile"], files["keyFile"], files["clientCAFile"], tuple(names),
+                       _number(raw, "reloadSeconds", "listen.tls", 10.0, minimum=0.1))
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
@@ -249,7 +279,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
                       "http", "log", "debug"},
                 "")
     listen = _section(raw, "listen")
-    _check_keys(listen, {"host", "port"}, "listen")
+    _check_keys(listen, {"host", "port", "tls", "metricsPort"}, "listen")
     topology = _section(raw, "topology")
     _check_keys(topology, {"levels"}, "topology")
     gang = _section(raw, "gang")
@@ -287,6 +317,8 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         preemption=_preemption(_section(raw, "preemption")),
         host=host,
         port=_port(listen.get("port", 8888), "listen.port"),
+        tls=_tls(_section(listen, "tls")) if listen.get("tls") is not None else None,
+        metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
         kubeconfig=kubeconfig,
         levels=_levels(topology.get("levels")),
         gang=timings,
@@ -300,6 +332,8 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
 
 
 def validate(config: Config) -> Config:
+    if config.metrics_port and config.metrics_port == config.port:
+        raise ConfigError("listen.metricsPort: must differ from listen.port")
     if config.log_level not in _LOG_LEVELS:
         raise ConfigError(f"log.level: must be one of {', '.join(_LOG_LEVELS)}, got {config.log_level!r}")
     if config.log_format not in _LOG_FORMATS:

@@ -23,12 +23,14 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from ..cluster.cache import ClusterCache
 from ..gang.coordinator import Coordinator
 from ..metrics import Metrics
 from . import wire
+from .tls import peer_names
 
 log = logging.getLogger(__name__)
 
@@ -186,6 +188,23 @@ async def handle_debug_gangs(request: web.Request) -> web.Response:
     return _json(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
+def client_names_check(allowed: frozenset[str]) -> Middleware:
+    """With mTLS, only a client certificate naming one of ``allowed`` may call the verbs (403)."""
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in _VERBS:
+            names = peer_names(request.transport.get_extra_info("peercert") if request.transport else None)
+            if not names & allowed:
+                log.warning("verb refused: client certificate not allowed",
+                            extra={"path": request.path, "client": sorted(names)})
+                return _json(wire.error_body(
+                    f"client certificate {sorted(names) or 'absent'} may not call the verbs"), status=403)
+        return await handler(request)
+
+    return check
+
+
 def build_app(
     coordinator: Coordinator,
     cache: ClusterCache,
@@ -193,8 +212,19 @@ def build_app(
     ready: Callable[[], bool],
     max_request_bytes: int,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    *,
+    verbs: bool = True,
+    observability: bool = True,
+    client_names: tuple[str, ...] = (),
 ) -> web.Application:
-    app = web.Application(middlewares=[errors_and_metrics], client_max_size=max_request_bytes)
+    """The verbs and/or the operations endpoints (``/metrics``, ``/debug/gangs``); health on both.
+
+    ``listen.metricsPort`` serves the operations on a port of their own, so the verbs' port can
+    require client certificates while a Prometheus scrape does not."""
+    middlewares: list[Middleware] = [errors_and_metrics]
+    if client_names:
+        middlewares.append(client_names_check(frozenset(client_names)))
+    app = web.Application(middlewares=middlewares, client_max_size=max_request_bytes)
     app[BODY_LIMIT] = max_request_bytes
     app[BODY_TIMEOUT] = body_timeout
     app[COORDINATOR] = coordinator
@@ -202,12 +232,14 @@ def build_app(
     app[METRICS] = metrics
     app[READY] = ready
     app[SCORES] = wire.ScoreEncoder(cache.nodes.__contains__, lambda: 2 * len(cache.nodes) + 1024)
-    app.router.add_post("/filter", handle_filter)
-    app.router.add_post("/prioritize", handle_prioritize)
-    app.router.add_post("/bind", handle_bind)
-    app.router.add_post("/preempt", handle_preempt)
+    if verbs:
+        app.router.add_post("/filter", handle_filter)
+        app.router.add_post("/prioritize", handle_prioritize)
+        app.router.add_post("/bind", handle_bind)
+        app.router.add_post("/preempt", handle_preempt)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
-    app.router.add_get("/metrics", handle_metrics)
-    app.router.add_get("/debug/gangs", handle_debug_gangs)
+    if observability:
+        app.router.add_get("/metrics", handle_metrics)
+        app.router.add_get("/debug/gangs", handle_debug_gangs)
     return app

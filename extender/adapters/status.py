@@ -11,12 +11,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-COLUMNS = ("GANG", "PHASE", "QUEUE", "PRIO", "WAIT", "MEMBERS", "CLAIM", "REASON")
+COLUMNS = ("GANG", "PHASE", "QUEUE", "PRIO", "WAIT", "MEMBERS", "DOMAIN", "CLAIM", "REASON")
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -25,7 +26,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--url", default="http://127.0.0.1:8888", help="Quorum's address")
     parser.add_argument("-n", "--namespace", help="only gangs of this namespace")
     parser.add_argument("--waiting", action="store_true", help="only gangs in the queue")
-    parser.add_argument("--json", action="store_true", help="the raw document, filtered")
+    parser.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    parser.add_argument("--json", action="store_const", const="json", dest="output", help="same as -o json")
+    parser.add_argument("-w", "--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
+                        help="print again every SECONDS (default 2) until interrupted")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
     return parser.parse_args(argv)
 
@@ -64,7 +68,8 @@ def row(gang: Mapping[str, Any]) -> tuple[str, ...]:
     bound = len(gang.get("bound") or [])
     return (str(gang.get("gang")), str(gang.get("phase")), "-" if position is None else str(position),
             str(gang.get("priority", 0)), "-" if waiting is None else f"{waiting:.0f}s",
-            f"{bound}/{gang.get('members', 0)} min {gang.get('minCount')}", claim_cell(gang),
+            f"{bound}/{gang.get('members', 0)} min {gang.get('minCount')}", str(gang.get("domain") or "-"),
+            claim_cell(gang),
             str(gang.get("reason") or ""))
 
 
@@ -80,16 +85,34 @@ def render(doc: Mapping[str, Any], gangs: Sequence[Mapping[str, Any]], out: Text
         out.write("\nclaim: none\n")
 
 
-def main(argv: Sequence[str], out: TextIO = sys.stdout) -> int:
-    args = parse_args(argv)
+def show(args: argparse.Namespace, out: TextIO) -> int:
     try:
         doc = fetch(args.url, args.timeout)
-    except (OSError, ValueError, urllib.error.URLError) as exc:
+    except (OSError, ValueError) as exc:  # URLError is an OSError
         print(f"quorum-extender status: cannot read {args.url}/debug/gangs: {exc}", file=sys.stderr)
         return 1
     gangs = selected(doc, args.namespace, args.waiting)
-    if args.json:
+    if args.output == "json":
         out.write(json.dumps({"gangs": gangs, "claim": doc.get("claim")}, indent=2) + "\n")
     else:
         render(doc, gangs, out)
+    out.flush()
+    return 0
+
+
+def main(argv: Sequence[str], out: TextIO = sys.stdout, rounds: int | None = None) -> int:
+    """``rounds`` bounds ``--watch`` (tests); without it a watch runs until interrupted."""
+    args = parse_args(argv)
+    if args.watch is None:
+        return show(args, out)
+    done = 0
+    try:
+        while rounds is None or done < rounds:
+            out.write(f"--- {time.strftime('%H:%M:%S')}\n")
+            show(args, out)
+            done += 1
+            if rounds is None or done < rounds:
+                time.sleep(max(0.1, args.watch))
+    except KeyboardInterrupt:
+        pass
     return 0

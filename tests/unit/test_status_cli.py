@@ -66,6 +66,10 @@ async def test_the_command_reads_a_running_server_and_fails_clearly_without_one(
         assert shown["claim"]["gang"] == "ml/big"
         rc = await asyncio.to_thread(cli.main, ["status", "--url", url])
         assert rc == 0
+        watched = io.StringIO()
+        rc = await asyncio.to_thread(status.main, ["--url", url, "-w", "0.1", "-o", "json"], watched, 2)
+        assert rc == 0
+        assert watched.getvalue().count("--- ") == 2 and watched.getvalue().count('"gangs"') == 2
     finally:
         await server.close()
     missing = await asyncio.to_thread(status.main, ["--url", url, "--timeout", "1"], io.StringIO())
