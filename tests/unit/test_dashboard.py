@@ -52,8 +52,9 @@ def problems(doc: dict[str, Any], names: dict[str, set[str]]) -> list[str]:
         missing = [m for m in used if m not in names]
         out += [f"{title!r}: {expr} asks for {m}, which Quorum does not export" for m in missing]
         labels = set().union(*(names.get(m, set()) for m in used))
-        asked = {label.strip() for group in GROUPING.findall(expr) for label in group.split(",") if label.strip()}
-        asked |= {m.split("=")[0].strip() for group in MATCHERS.findall(expr) for m in group.split(",") if m}
+        asked = {label.strip() for group in GROUPING.findall(expr) for label in group.split(",")}
+        asked |= {m.split("=")[0].strip() for group in MATCHERS.findall(expr) for m in group.split(",")}
+        asked.discard("")
         out += [f"{title!r}: {expr} uses label {label!r}, not one of {sorted(labels)}"
                 for label in sorted(asked - labels)]
     return out
