@@ -84,7 +84,8 @@ def build(config: cfg.Config) -> web.Application:
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         informer.start()
-        ops_runner = await serve_plain(ops, config.host, config.metrics_port) if ops is not None else None
+        ops_host = config.metrics_host or config.host
+        ops_runner = await serve_plain(ops, ops_host, config.metrics_port) if ops is not None else None
         reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),

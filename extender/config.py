@@ -101,7 +101,9 @@ class Config:
     host: str = "127.0.0.1"
     port: int = 8888
     tls: TlsSettings | None = None
+    scheduler_names: tuple[str, ...] = ()  # schedulerNames: profiles whose pods /bind accepts (empty: any)
     metrics_port: int = 0  # > 0: /metrics and /debug/* on this port (plain HTTP), not on the verbs' port
+    metrics_host: str = ""  # the address for metrics_port ("" = listen.host); e.g. 0.0.0.0 for scrapes
     kubeconfig: str = ""
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     gang: GangTimings = field(default_factory=GangTimings)
@@ -275,11 +277,11 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "topology", "gang", "lifecycle", "starvation", "preemption",
-                      "http", "log", "debug"},
+    _check_keys(raw, {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
+                      "preemption", "http", "log", "debug"},
                 "")
     listen = _section(raw, "listen")
-    _check_keys(listen, {"host", "port", "tls", "metricsPort"}, "listen")
+    _check_keys(listen, {"host", "port", "tls", "metricsPort", "metricsHost"}, "listen")
     topology = _section(raw, "topology")
     _check_keys(topology, {"levels"}, "topology")
     gang = _section(raw, "gang")
@@ -299,6 +301,9 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     host = listen.get("host", "127.0.0.1")
     if not isinstance(host, str) or not host:
         raise ConfigError("listen.host: must be a non-empty string")
+    scheduler_names = raw.get("schedulerNames") or []
+    if not isinstance(scheduler_names, list) or not all(isinstance(n, str) and n for n in scheduler_names):
+        raise ConfigError("schedulerNames: must be a list of kube-scheduler profile names")
     kubeconfig = raw.get("kubeconfig") or ""
     if not isinstance(kubeconfig, str):
         raise ConfigError("kubeconfig: must be a path string")
@@ -319,7 +324,9 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         port=_port(listen.get("port", 8888), "listen.port"),
         tls=_tls(_section(listen, "tls")) if listen.get("tls") is not None else None,
         metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
+        metrics_host=str(listen.get("metricsHost") or ""),
         kubeconfig=kubeconfig,
+        scheduler_names=tuple(scheduler_names),
         levels=_levels(topology.get("levels")),
         gang=timings,
         max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),

@@ -219,6 +219,17 @@ wait_for etcd "healthy" curl -sf --max-time 3 "http://127.0.0.1:$ETCD_PORT/healt
 
 # --- kube-apiserver -------------------------------------------------------------
 log "starting kube-apiserver on $APISERVER_URL"
+# Every request made as Quorum's ServiceAccount is audited (metadata only), so the end-to-end suite
+# can hold what Quorum really does against what its RBAC grants (tests/e2e/test_rbac.py).
+cat >"$CLUSTER_DIR/audit-policy.yaml" <<EOF
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: ["system:serviceaccount:quorum-system:quorum"]
+- level: None
+EOF
 # shellcheck disable=SC2086
 start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
@@ -245,6 +256,9 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --feature-gates "$APISERVER_GATES" \
   --runtime-config "$WORKLOAD_API=true" \
   --profiling=false \
+  --audit-policy-file "$CLUSTER_DIR/audit-policy.yaml" \
+  --audit-log-path "$LOG_DIR/audit.log" \
+  --audit-log-maxsize 200 --audit-log-maxbackup 1 \
   ${APISERVER_EXTRA_ARGS:-}
 wait_for kube-apiserver "ready (/readyz)" \
   curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" "$APISERVER_URL/readyz"

@@ -49,6 +49,11 @@ class Binder:
         """Answer one bind call: "" on success, else the error text for kube-scheduler."""
         core = self.core
         record = core.cache.pods.get(uid) if uid else None
+        refusal = self._not_ours(namespace, name, uid, record)
+        if refusal:
+            core.metrics.binds.labels("refused").inc()
+            log.warning("bind refused", extra={"pod": f"{namespace}/{name}", "reason": refusal})
+            return refusal
         if record is not None and record.node_name:
             if record.node_name == node:
                 core.metrics.binds.labels("already_bound").inc()
@@ -69,6 +74,17 @@ class Binder:
             return f"gang {state.key}: pod {namespace}/{name} is reserved on {reservation.node}, not {node}"
         pod = record or PodRecord(uid, namespace, name, "", reservation.requests, False, False, state.key)
         return await self._hold(state, pod, node)
+
+    def _not_ours(self, namespace: str, name: str, uid: str, record: PodRecord | None) -> str:
+        """A bind Quorum must not carry out for anyone: no UID (the binding's precondition that
+        the pod is the one scheduled), or a pod of a scheduler profile Quorum does not serve."""
+        if not uid:
+            return f"bind of {namespace}/{name} refused: the request names no pod UID"
+        names = self.core.config.scheduler_names
+        if names and record is not None and record.scheduler_name not in names:
+            return (f"bind of {namespace}/{name} refused: its schedulerName is {record.scheduler_name!r}, "
+                    f"not one of Quorum's profiles ({', '.join(names)})")
+        return ""
 
     def _refusal_without_reservation(self, namespace: str, name: str, uid: str,
                                      record: PodRecord | None) -> str:

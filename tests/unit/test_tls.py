@@ -132,10 +132,11 @@ async def test_rotated_files_are_served_to_the_next_connection_without_a_restart
 
 
 def test_tls_configuration_is_checked() -> None:
-    ok = from_mapping({"listen": {"port": 8443, "metricsPort": 8080,
+    ok = from_mapping({"listen": {"port": 8443, "metricsPort": 8080, "metricsHost": "0.0.0.0",
                                   "tls": {"certFile": "c", "keyFile": "k", "clientCAFile": "ca",
                                           "clientNames": ["kube-scheduler"]}}})
     assert ok.tls == TlsSettings("c", "k", "ca", ("kube-scheduler",), 10.0) and ok.metrics_port == 8080
+    assert ok.metrics_host == "0.0.0.0"
     bad = [({"tls": {"certFile": "c"}}, "listen.tls.keyFile"),
            ({"tls": {"certFile": "c", "keyFile": "k", "clientNames": ["x"]}}, "clientCAFile"),
            ({"tls": {"certFile": "c", "keyFile": "k", "extra": 1}}, "listen.tls"),
