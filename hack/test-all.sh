@@ -4,7 +4,8 @@
 #   2. the unit tests,
 #   3. the end-to-end suite against a local cluster (real etcd, kube-apiserver,
 #      kube-controller-manager, kube-scheduler and kwok nodes) whose scheduler
-#      calls Quorum. The cluster is stopped afterwards.
+#      calls Quorum, and the install checks of the Helm chart and the kustomize
+#      manifests against it. The cluster is stopped afterwards.
 # Set E2E=0 to skip step 3 (for a quick local run; CI always runs it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,8 +30,10 @@ if [[ "${E2E:-1}" == "0" ]]; then
   exit 0
 fi
 
-step "building (or reusing) the Kubernetes binaries"
+step "building (or reusing) the Kubernetes binaries and helm"
 bash hack/build-binaries.sh
+QUORUM_HELM="$(bash hack/build-helm.sh)"   # the install tests lint and render charts/quorum with it
+export QUORUM_HELM
 
 step "starting the local cluster"
 trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT

@@ -1,4 +1,4 @@
-"""The Grafana dashboard (dashboards/quorum.json) asks only for metrics and labels Quorum exports.
+"""The Grafana dashboard (charts/quorum/dashboards/quorum.json) asks only for exported metrics and labels.
 
 A renamed metric or label would leave a panel silently empty; this test names the query instead.
 """
@@ -14,7 +14,7 @@ from prometheus_client import Counter, Histogram
 
 from extender.metrics import Metrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "quorum.json"
+DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "quorum" / "dashboards" / "quorum.json"
 METRIC = re.compile(r"\bquorum_[a-z_]+\b")
 GROUPING = re.compile(r"\bby \(([^)]*)\)")
 MATCHERS = re.compile(r"\{([^}]*)\}")
