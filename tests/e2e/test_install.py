@@ -141,3 +141,18 @@ def test_kustomize_manifests_pass_a_server_side_dry_run() -> None:
     done = dry_run("", "-k", str(REPO_ROOT / "manifests"))
     assert done.returncode == 0, done.stderr
     assert "deployment.apps/quorum-scheduler" in done.stdout
+
+
+def test_the_chart_and_the_manifests_grant_and_guard_the_same() -> None:
+    """Two ways to install, one policy: Quorum's rules and its pod-write validations agree."""
+    source = (REPO_ROOT / "manifests" / "quorum-rbac.yaml").read_text()
+    manifests = [d for d in yaml.safe_load_all(source) if d]
+    chart = render([])
+
+    def one(docs: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+        (found,) = [d for d in docs if d["kind"] == kind]
+        return found
+
+    assert one(chart, "ClusterRole")["rules"] == one(manifests, "ClusterRole")["rules"]
+    policy = "ValidatingAdmissionPolicy"
+    assert one(chart, policy)["spec"]["validations"] == one(manifests, policy)["spec"]["validations"]
