@@ -188,6 +188,11 @@ def reconfigure(settings: Settings, quorum: Quorum) -> Iterator[Reconfigurer]:
         reconfigurer.restore()
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The soak restarts the apiserver and kills processes: it runs after everything else."""
+    items.sort(key=lambda item: item.get_closest_marker("soak") is not None)
+
+
 # ------------------------------------------------------------------------------------ reporting
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if "/e2e/" not in report.nodeid.replace("\\", "/"):

@@ -19,12 +19,26 @@ from pathlib import Path
 _STARTED: list[subprocess.Popen[bytes]] = []
 
 
-def alive(pid: int) -> bool:
+def _running(stat_path: Path) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = stat_path.read_text()
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # a zombie has already exited
+
+
+def alive(pid: int) -> bool:
+    """Still running, or still exiting: after SIGKILL the thread-group leader of a multi-threaded
+    process (kube-apiserver) can be a zombie while its other threads are still tearing down and
+    holding its files, its listening socket included; a restart then finds the port in use."""
+    proc = Path(f"/proc/{pid}")
+    if _running(proc / "stat"):
+        return True
+    try:
+        tasks = [t for t in os.listdir(proc / "task") if t != str(pid)]
+    except OSError:
+        return False
+    return any(_running(proc / "task" / t / "stat") for t in tasks)
 
 
 @dataclass(frozen=True)
