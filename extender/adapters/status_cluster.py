@@ -1,0 +1,89 @@
+"""What ``quorum-extender status`` can say when Quorum itself does not answer: PodGroups, their
+members and Quorum's Events, read from the apiserver.
+
+Quorum writes its decisions where they outlive it: conditions on PodGroups and Events (reported by
+``quorum.dev/extender``) with the same reason text as its filter answers. Read back, they give the
+same table without the queue's live view (queue position, claims), for PodGroup gangs. Gangs
+declared by annotations have no object of their own; their Events are on their first member.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.parse
+import urllib.request
+from collections import defaultdict
+from typing import Any
+
+from .kube import load_credentials
+
+PODGROUPS = "/apis/scheduling.k8s.io/v1beta1"
+REPORTER = "quorum.dev/extender"
+CONDITION_PHASES = (("quorum.dev/Deactivated", "Deactivated"), ("quorum.dev/Recovering", "Recovering"),
+                    ("PodGroupInitiallyScheduled", "Scheduled"))
+
+
+def _get(host: str, context: ssl.SSLContext | bool, headers: dict[str, str], path: str,
+         timeout: float) -> dict[str, Any]:
+    request = urllib.request.Request(f"{host}{path}", headers=headers)
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    if isinstance(context, ssl.SSLContext):
+        kwargs["context"] = context
+    with urllib.request.urlopen(request, **kwargs) as resp:
+        doc = json.loads(resp.read())
+    return doc if isinstance(doc, dict) else {}
+
+
+def _scoped(prefix: str, namespace: str | None, resource: str) -> str:
+    return f"{prefix}/namespaces/{namespace}/{resource}" if namespace else f"{prefix}/{resource}"
+
+
+def phase_of(podgroup: dict[str, Any]) -> str:
+    listed = (podgroup.get("status") or {}).get("conditions") or []
+    conditions = {c.get("type"): c.get("status") for c in listed}
+    for kind, phase in CONDITION_PHASES:
+        if conditions.get(kind) == "True":
+            return phase
+    return "Waiting"
+
+
+def document(kubeconfig: str, namespace: str | None, timeout: float) -> dict[str, Any]:
+    """A /debug/gangs-shaped document of PodGroup gangs, from the apiserver."""
+    creds = load_credentials(kubeconfig)
+
+    def get(path: str) -> dict[str, Any]:
+        return _get(creds.host, creds.ssl_context, creds.headers, path, timeout)
+
+    groups = get(_scoped(PODGROUPS, namespace, "podgroups")).get("items") or []
+    pods = get(_scoped("/api/v1", namespace, "pods")).get("items") or []
+    selector = urllib.parse.quote(f"reportingComponent={REPORTER}")
+    events = get(_scoped("/api/v1", namespace, "events") + f"?fieldSelector={selector}").get("items") or []
+    members: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+        phase = (pod.get("status") or {}).get("phase")
+        if group and phase not in ("Succeeded", "Failed"):
+            members[f"{pod['metadata']['namespace']}/{group}"].append(pod)
+    latest: dict[str, tuple[str, str]] = {}
+    for event in events:
+        ref = event.get("involvedObject") or event.get("regarding") or {}
+        if ref.get("kind") != "PodGroup":
+            continue
+        key = f"{ref.get('namespace')}/{ref.get('name')}"
+        stamp = str(event.get("eventTime") or event.get("lastTimestamp") or "")
+        note = str(event.get("note") or event.get("message") or "")
+        if key not in latest or stamp >= latest[key][0]:
+            latest[key] = (stamp, f"{event.get('reason')}: {note}")
+    gangs = []
+    for group in groups:
+        meta = group.get("metadata") or {}
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        gang = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+        mine = members.get(key, [])
+        priority = (group.get("spec") or {}).get("priority", 0)
+        gangs.append({"gang": key, "phase": phase_of(group), "minCount": gang.get("minCount"),
+                      "members": len(mine), "queuePosition": None, "priority": priority,
+                      "bound": [p["metadata"]["name"] for p in mine if (p.get("spec") or {}).get("nodeName")],
+                      "reason": latest.get(key, ("", ""))[1]})
+    return {"gangs": gangs, "claim": None, "source": "apiserver (Quorum did not answer)"}
