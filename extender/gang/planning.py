@@ -162,9 +162,11 @@ class Planner:
         ledger knows those nodes' real free capacity; the mates passed the scheduler's filters there
         when they were nominated.
         """
+        nominated = [m.nominated_node for m in pending.values() if m.nominated_node and m.uid != uid]
+        if not nominated:
+            return candidates  # the common case: no set of (thousands of) candidate names to build
         offered = set(candidates)
-        extra = [m.nominated_node for m in pending.values()
-                 if m.nominated_node and m.uid != uid and m.nominated_node not in offered]
+        extra = [node for node in nominated if node not in offered]
         return candidates + extra if extra else candidates
 
     def remember_nofit(self, state: GangState, result: NoFit, candidates: list[str]) -> str:
