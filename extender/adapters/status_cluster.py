@@ -16,12 +16,14 @@ import urllib.request
 from collections import defaultdict
 from typing import Any
 
+from ..gang.effects import CONDITION_DEACTIVATED, CONDITION_INITIALLY_SCHEDULED, CONDITION_RECOVERING
+from ..gang.reporting import PODGROUP_API
+from .events import REPORTING_CONTROLLER
 from .kube import load_credentials
 
-PODGROUPS = "/apis/scheduling.k8s.io/v1beta1"
-REPORTER = "quorum.dev/extender"
-CONDITION_PHASES = (("quorum.dev/Deactivated", "Deactivated"), ("quorum.dev/Recovering", "Recovering"),
-                    ("PodGroupInitiallyScheduled", "Scheduled"))
+PODGROUPS = f"/apis/{PODGROUP_API}"
+CONDITION_PHASES = ((CONDITION_DEACTIVATED, "Deactivated"), (CONDITION_RECOVERING, "Recovering"),
+                    (CONDITION_INITIALLY_SCHEDULED, "Scheduled"))
 
 
 def _get(host: str, context: ssl.SSLContext | bool, headers: dict[str, str], path: str,
@@ -57,7 +59,7 @@ def document(kubeconfig: str, namespace: str | None, timeout: float) -> dict[str
 
     groups = get(_scoped(PODGROUPS, namespace, "podgroups")).get("items") or []
     pods = get(_scoped("/api/v1", namespace, "pods")).get("items") or []
-    selector = urllib.parse.quote(f"reportingComponent={REPORTER}")
+    selector = urllib.parse.quote(f"reportingComponent={REPORTING_CONTROLLER}")
     events = get(_scoped("/api/v1", namespace, "events") + f"?fieldSelector={selector}").get("items") or []
     members: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
