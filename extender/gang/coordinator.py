@@ -208,11 +208,12 @@ class Coordinator(CacheReactions):
             pending[g.pod.uid] = g.pod  # the cache has not seen this pod yet; place it from the request
         bound_nodes = self._running_nodes(state.key)
         candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
+        widened = candidates is not g.candidates  # by nodes the member itself was not offered
         claim = self.queue.blocking(state.key, self.queue.priority_of(state.key))
         if claim is not None:
             candidates = keep_off(claim, candidates)  # backfill: only what lies outside the claim
         result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
-        if isinstance(result, Placement) and len(candidates) > len(g.candidates):
+        if isinstance(result, Placement) and widened:
             result = replace(result, assignment=honour_nominations(result.assignment, pending,
                                                                     set(g.candidates), g.pod.uid))
         kept_off = claim is not None and isinstance(result, NoFit) and \

@@ -153,7 +153,8 @@ class Planner:
     @staticmethod
     def with_mates_nominations(candidates: list[str], pending: Mapping[str, PodRecord],
                                uid: str) -> list[str]:
-        """The candidates plus the nodes kube-scheduler nominated the pod's gang mates to.
+        """The candidates plus the nodes kube-scheduler nominated the pod's gang mates to (the very
+        same list when there are none to add, so callers can tell by identity).
 
         kube-scheduler counts a pod nominated to a node (after its own preemption made room there)
         as occupying that node when it filters any other pod of equal or lower priority, gang mates

@@ -91,3 +91,23 @@ def test_the_filtered_member_gets_a_node_it_was_offered() -> None:
     out = honour_nominations(placement, pending, {"n2"}, "uid-a")
     assert out == {"uid-a": "n2", "uid-b": "n1", "uid-c": "n3"}
     assert sorted(out.values()) == sorted(placement.values())
+
+
+async def test_nominated_mates_are_honoured_when_a_claim_also_keeps_nodes_off() -> None:
+    """The claim removes offered nodes while the mates' nominations add one: the list can end up
+    no longer than it was offered, and the members must still get their nominated nodes."""
+    from .test_queue import QueueWorld
+
+    world = QueueWorld(claim_after_seconds=0, claim_on_priority=False)
+    for busy in ("b0-r0-n0", "b1-r0-n0"):  # one node busy in each block: no block fits 4 whole nodes
+        world.plain(f"busy-{busy}", node=busy)
+    for i in range(4):
+        world.add(gang_pod(f"big{i}", gang="big", min_count=4, gpus=8, required="block"))
+    world.filter("big0")
+    assert world.claim is not None and world.claim.nodes == {"b0-r0-n0", "b0-r0-n1", "b0-r1-n0", "b0-r1-n1"}
+    world.clock.now += 1
+    for i, node in enumerate(("b1-r1-n1", "b1-r1-n0")):
+        world.add(nominated(gang_pod(f"w{i}", gang="w", min_count=2, gpus=8, required="rack"), node))
+    decision = world.filter("w0", ["b1-r1-n1", "b0-r0-n1", "b0-r1-n0"])  # its own node, two claimed
+    assert decision.passing == ["b1-r1-n1"], world.coordinator.reason_of("ml/w")
+    assert world.coordinator.reservation_of("ml/w") == {"uid-w0": "b1-r1-n1", "uid-w1": "b1-r1-n0"}
