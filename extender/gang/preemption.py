@@ -82,7 +82,10 @@ def _breaks_gang(core: Core, uids: list[str]) -> bool:
     taken: dict[str, int] = {}
     for uid in uids:
         record = core.cache.pods.get(uid)
-        if record is not None and record.gang_key is not None and runs(record):
+        # Running as running_count counts it: bound in the cache, or bound by Quorum and not yet
+        # shown by the watch (kube-scheduler, whose cache has it bound, proposes it as a victim).
+        if record is not None and record.gang_key is not None and \
+                (runs(record) or core.ledger.is_inflight(uid)):
             taken[record.gang_key] = taken.get(record.gang_key, 0) + 1
     for gang, count in taken.items():
         spec = core.cache.gang_spec(gang)

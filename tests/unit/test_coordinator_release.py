@@ -195,6 +195,21 @@ async def test_preempt_vetoes_a_node_whose_victims_together_take_a_gang_below_qu
     assert world.coordinator.preempt(typed(world.pods["plain"])[0], one) == one
 
 
+async def test_preempt_protects_members_quorum_bound_that_the_watch_has_not_shown_yet() -> None:
+    """kube-scheduler's cache has the members bound (it bound them through Quorum); Quorum's watch
+    has not delivered them yet. Evicting one would still take the gang below its quorum."""
+    world = World()
+    world.add(pod("w0", gang="w", min_count=2, gpus=8))
+    world.add(pod("w1", gang="w", min_count=2, gpus=8))
+    node = world.filter("w0").passing[0]
+    other = world.coordinator.reservation_of("ml/w")["uid-w1"]
+    assert await asyncio.gather(world.bind("w0", node), world.bind("w1", other)) == ["", ""]
+    assert world.cache.pods["uid-w1"].node_name == ""  # the watch lags
+    world.add(pod("plain", gpus=8))
+    victims = {other: {"Pods": [{"UID": "uid-w1"}], "NumPDBViolations": 0}}
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], victims) == {}
+
+
 def _victims(world: World, names: list[str]) -> dict[str, dict[str, Any]]:
     return {world.pods[n]["spec"]["nodeName"]: {"Pods": [{"UID": f"uid-{n}"}], "NumPDBViolations": 0}
             for n in names}
