@@ -24,7 +24,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
-from .lifecycle_support import NodeFaults
+from .lifecycle_support import NodeFaults, ensure_priority_classes
 from .process import LocalProcess
 from .reconfigure import Reconfigurer
 from .scenario import GangWatcher, Scenario
@@ -159,6 +159,12 @@ def scenario(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, setting
         pytest.fail(f"cleanup of {namespace}: {problem}", pytrace=False)
     if not sc.finished and not watcher.raised:
         watcher.check()  # a violation the test body never got to report
+
+
+@pytest.fixture
+def priorities(kube: Kube) -> dict[str, int]:
+    """The suite's PriorityClasses (low 100, mid 500, high 1000, high-never 1000), created once."""
+    return ensure_priority_classes(kube)
 
 
 @pytest.fixture

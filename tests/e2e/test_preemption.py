@@ -18,13 +18,11 @@ import time
 
 import pytest
 
-from .cluster import Kube
 from .lifecycle_support import (
     HIGH,
     HIGH_NEVER,
     LOW,
     MID,
-    ensure_priority_classes,
     job_pods,
     live_bound,
     quorum_events,
@@ -34,11 +32,6 @@ from .reconfigure import Reconfigurer
 from .scenario import Scenario
 
 pytestmark = pytest.mark.e2e
-
-
-@pytest.fixture
-def priorities(kube: Kube) -> dict[str, int]:
-    return ensure_priority_classes(kube)
 
 
 def test_a_gang_that_cannot_fit_even_by_preemption_evicts_nothing(scenario: Scenario,

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from .cluster import ANN_GANG, Kube
-from .lifecycle_support import HIGH, LOW, MID, ensure_priority_classes, kwok_annotations, with_priority
+from .cluster import ANN_GANG
+from .lifecycle_support import HIGH, LOW, MID, kwok_annotations, with_priority
 from .reconfigure import Reconfigurer
 from .scenario import Scenario, node_of
 
@@ -34,11 +34,6 @@ STREAM_RUN_SECONDS = 6  # how long each small gang's pods run (kwok complete-aft
 STREAM_GANG_SIZE = 2
 STARVATION_WATCH_SECONDS = 45.0  # how long the no-claims run watches the large gang starve
 SLACK_SECONDS = 30.0  # scheduling latency allowed on top of the bound
-
-
-@pytest.fixture
-def priorities(kube: Kube) -> dict[str, int]:
-    return ensure_priority_classes(kube)
 
 
 def quorum_gang(sc: Scenario, name: str) -> dict[str, object]:
