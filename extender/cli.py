@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import AsyncIterator, Sequence
@@ -15,6 +16,7 @@ from . import logs
 from .adapters import status
 from .adapters.informer import Informer
 from .adapters.kube import KubeClient, load_credentials
+from .adapters.kueue_topology import read_levels
 from .adapters.server import build_app
 from .adapters.tls import Reloader
 from .cluster.cache import ClusterCache
@@ -59,6 +61,8 @@ def load_config(args: argparse.Namespace) -> cfg.Config:
 
 def build(config: cfg.Config) -> web.Application:
     credentials = load_credentials(config.kubeconfig)
+    if config.kueue_topology:  # before the cache: the levels shape its node index
+        config = dataclasses.replace(config, levels=read_levels(config.kubeconfig, config.kueue_topology))
     metrics = Metrics()
     client = KubeClient(credentials, metrics=metrics)
     cache = ClusterCache(tuple(level.node_label for level in config.levels))

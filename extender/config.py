@@ -106,6 +106,7 @@ class Config:
     metrics_host: str = ""  # the address for metrics_port ("" = listen.host); e.g. 0.0.0.0 for scrapes
     kubeconfig: str = ""
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
+    kueue_topology: str = ""  # a Kueue Topology whose spec.levels replace ``levels`` (read at start)
     gang: GangTimings = field(default_factory=GangTimings)
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     starvation: Starvation = field(default_factory=Starvation)
@@ -283,7 +284,10 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port", "tls", "metricsPort", "metricsHost"}, "listen")
     topology = _section(raw, "topology")
-    _check_keys(topology, {"levels"}, "topology")
+    _check_keys(topology, {"levels", "kueueTopology"}, "topology")
+    kueue_topology = topology.get("kueueTopology") or ""
+    if not isinstance(kueue_topology, str) or (kueue_topology and topology.get("levels") is not None):
+        raise ConfigError("topology.kueueTopology: a Topology name, and then no topology.levels")
     gang = _section(raw, "gang")
     _check_keys(
         gang, {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds", "maxReplans"}, "gang"
@@ -328,6 +332,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         kubeconfig=kubeconfig,
         scheduler_names=tuple(scheduler_names),
         levels=_levels(topology.get("levels")),
+        kueue_topology=kueue_topology,
         gang=timings,
         max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),
         body_timeout_seconds=_number(http, "bodyTimeoutSeconds", "http", 10.0),

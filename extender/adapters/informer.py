@@ -2,8 +2,12 @@
 
 Each loop lists once, then watches from the list's resourceVersion with bookmarks; a 410 Gone
 means the version expired, so it relists and replaces the kind wholesale. Other failures reconnect
-with capped exponential backoff. A kind whose API is not served (404, e.g. no PodGroup API on an
-older cluster) counts as synced and empty, and is looked for again later.
+with capped exponential backoff.
+
+Gang objects come in several APIs and versions (``cluster/object_sources.py``). Before listing one,
+the loop asks the apiserver which of its versions it serves (API discovery) and watches that one;
+a kind no version of which is served (no Workload API on this release, no Volcano CRD installed)
+counts as synced and empty, and is looked for again later.
 
 No object can stop a loop: one the cache cannot take is logged, counted and skipped, and any
 unexpected failure is logged and followed by a relist. While a kind is not listed or its watch is
@@ -22,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from ..cluster.cache import ClusterCache, Rejected
+from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
 from ..cluster.resources import QuantityError
 from ..metrics import Metrics
 from .kube import ApiError, Gone, KubeClient
@@ -43,22 +48,34 @@ class Kind:
     replace: Callable[[list[dict[str, Any]]], list[Rejected]]
     upsert: Callable[[dict[str, Any]], None]
     delete: Callable[[dict[str, Any]], None]
+    discover: GangObjectKind | None = None  # a gang object kind: its version is found at run time
 
 
-def kinds_for(cache: ClusterCache) -> list[Kind]:
+def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS) -> list[Kind]:
+    def unbound(_: Any) -> Any:
+        raise RuntimeError("a gang object kind is used only once its served version is known")
     return [
         Kind("nodes", "/api/v1/nodes", cache.replace_nodes, cache.upsert_node,
              lambda o: cache.delete_node((o.get("metadata") or {}).get("name", ""))),
         Kind("pods", "/api/v1/pods", cache.replace_pods, cache.upsert_pod, cache.delete_pod),
-        Kind("podgroups", "/apis/scheduling.k8s.io/v1beta1/podgroups", cache.replace_podgroups,
-             cache.upsert_podgroup, cache.delete_podgroup),
+        *(Kind(g.name, "", unbound, unbound, unbound, discover=g) for g in gang_kinds),
     ]
+
+
+def served_kind(cache: ClusterCache, source: GangObjectSource) -> Kind:
+    """The loop's kind once discovery has found the version the apiserver serves."""
+    return Kind(source.name, source.path, lambda objs: cache.replace_gang_objects(source, objs),
+                lambda obj: cache.upsert_gang_object(source, obj),
+                lambda obj: cache.delete_gang_object(source, obj))
 
 
 class Informer:
     def __init__(self, client: KubeClient, cache: ClusterCache, metrics: Metrics,
-                 backoff_max: float = 30.0, absent_retry: float = 60.0) -> None:
+                 backoff_max: float = 30.0, absent_retry: float = 60.0,
+                 gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS) -> None:
         self.client = client
+        self.gang_kinds = gang_kinds
+        self.served: dict[str, str] = {}  # gang object kind -> the API version being watched
         self.cache = cache
         self.metrics = metrics
         self.backoff_max = backoff_max
@@ -68,8 +85,9 @@ class Informer:
         cache.on_clamped = self._clamped
 
     def start(self) -> None:
-        for kind in kinds_for(self.cache):
+        for kind in kinds_for(self.cache, self.gang_kinds):
             self._state[kind.name] = LISTING
+            self.cache.synced.setdefault(kind.name, False)
             task = asyncio.create_task(self._run(kind), name=f"informer-{kind.name}")
             task.add_done_callback(functools.partial(self._ended, kind.name))
             self._tasks.append(task)
@@ -89,15 +107,22 @@ class Informer:
         return (bool(self._tasks) and not any(task.done() for task in self._tasks)
                 and all(self.cache.synced.values()))
 
-    async def _run(self, kind: Kind) -> None:
+    async def _run(self, declared: Kind) -> None:
         delay = 0.5
         version = ""
+        kind = declared
         while True:
             try:
+                if not version and declared.discover is not None:
+                    found = await self._discover(declared.discover)
+                    if found is None:
+                        await self._absent(declared)
+                        continue
+                    kind = found
                 if not version:
                     version = await self._list(kind)
                 async for event in self.client.watch(kind.path, version,
-                                                     on_open=lambda: self._opened(kind)):
+                                                     on_open=functools.partial(self._opened, kind)):
                     version = self._apply(kind, event) or version
                 delay = 0.5  # a watch that ended normally (server timeout): resume from version
             except asyncio.CancelledError:
@@ -106,8 +131,8 @@ class Informer:
                 self.metrics.watch_restarts.labels(kind.name, "gone").inc()
                 version = ""  # relist
             except ApiError as exc:
-                if exc.status == 404 and kind.name == "podgroups":
-                    await self._absent(kind)
+                if exc.status == 404 and declared.discover is not None:  # removed since discovery
+                    await self._absent(declared)
                     version = ""
                     continue
                 delay = await self._backoff(kind, "error", "watch failed", exc, delay)
@@ -132,10 +157,27 @@ class Informer:
         self._state[kind.name] = WATCHING
         self.cache.set_synced(kind.name, True)
 
+    async def _discover(self, kind: GangObjectKind) -> Kind | None:
+        """The first of the kind's versions that the apiserver serves, as a loop kind; None when
+        none is. A version is served when its discovery document lists the kind's resource."""
+        for api_version in kind.versions:
+            doc = await self.client.get_json(f"/apis/{api_version}")
+            resources = doc.get("resources") if isinstance(doc, dict) else None
+            if isinstance(resources, list) and any(
+                    isinstance(r, dict) and r.get("name") == kind.plural for r in resources):
+                if self.served.get(kind.name) != api_version:
+                    log.info("watching gang objects", extra={"kind": kind.name, "api": api_version})
+                self.served[kind.name] = api_version
+                return served_kind(self.cache, kind.source(api_version))
+        self.served.pop(kind.name, None)
+        return None
+
     async def _absent(self, kind: Kind) -> None:
-        if not self.cache.synced[kind.name]:
-            log.info("PodGroup API not served; only annotation gangs are available")
-        kind.replace([])
+        if self._state.get(kind.name) != ABSENT:
+            log.info("gang objects not served; looking again later",
+                     extra={"kind": kind.name, "retry_seconds": self.absent_retry})
+        if kind.discover is not None:
+            self.cache.replace_gang_objects(kind.discover.source(""), [])
         self._state[kind.name] = ABSENT
         await asyncio.sleep(self.absent_retry)
 

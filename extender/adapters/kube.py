@@ -22,7 +22,7 @@ import aiohttp
 import orjson
 
 from ..cluster.gang_sources import ANNOTATION_REQUEUE
-from ..cluster.records import PodRecord
+from ..cluster.records import GangHome, PodRecord
 from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
 from ..gang.effects import GangCondition, ObjectRef
@@ -31,7 +31,6 @@ from .events import EventRecorder
 
 log = logging.getLogger(__name__)
 
-PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{name}"
 FIELD_MANAGER = "quorum"
 _WRITE_TIMEOUT = aiohttp.ClientTimeout(total=30)
 _MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
@@ -134,6 +133,17 @@ class KubeClient:
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))
             params = {"limit": "500", "continue": meta["continue"]}
+
+    async def get_json(self, path: str) -> dict[str, Any] | None:
+        """One object (a discovery document, a Topology); None when the server has none (404)."""
+        async with self.session.get(self._url(path)) as resp:
+            body = await resp.read()
+            if resp.status == 404:
+                return None
+            if resp.status != 200:
+                raise _error(resp.status, body)
+        doc = orjson.loads(body)
+        return doc if isinstance(doc, dict) else None
 
     async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
                     on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:
@@ -276,14 +286,14 @@ class KubeClient:
         """Queue an Event; aggregated and rate limited by ``self.events`` (never blocks or raises)."""
         self.events.record(regarding, type_, reason, action, note)
 
-    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         """Server-side apply Quorum's conditions to a PodGroup's status.
 
         Apply with field manager ``quorum`` owns exactly the conditions in the list, so other
         controllers' conditions are kept (and one Quorum stops listing is removed). The transition
         time stays what it was while a condition's status does not change. Errors are logged only.
         """
-        gang = f"{namespace}/{name}"
+        gang = f"{home.namespace}/{home.name}"
         now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         known = self._conditions.pop(gang, {})
         entries = []
@@ -298,23 +308,24 @@ class KubeClient:
         self._conditions[gang] = known
         while len(self._conditions) > _MAX_GANGS_REMEMBERED:
             self._conditions.popitem(last=False)
-        body = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-                "metadata": {"name": name, "namespace": namespace}, "status": {"conditions": entries}}
-        path = PODGROUPS.format(namespace=namespace, name=name)
-        path += f"/status?fieldManager={FIELD_MANAGER}&force=true"
+        body = {"apiVersion": home.api_version, "kind": home.kind,
+                "metadata": {"name": home.name, "namespace": home.namespace},
+                "status": {"conditions": entries}}
+        path = home.path + f"/status?fieldManager={FIELD_MANAGER}&force=true"
         if await self._patch_podgroup(gang, "conditions", path, body, "application/apply-patch+yaml") == 404:
             self._conditions.pop(gang, None)
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-        """Merge-patch bookkeeping annotations on a PodGroup (None removes one); True when written.
+    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch bookkeeping annotations on a gang's object, a PodGroup of any API (None
+        removes one); True when written.
 
-        A PodGroup that is gone is not an error; other failures are logged, and the caller, which
+        An object that is gone is not an error; other failures are logged, and the caller, which
         keeps the same values in memory, writes them again next time.
         """
-        gang = f"{namespace}/{name}"
+        gang = f"{home.namespace}/{home.name}"
         body = {"metadata": {"annotations": annotations}}
-        path = PODGROUPS.format(namespace=namespace, name=name)
-        status = await self._patch_podgroup(gang, "annotations", path, body, "application/merge-patch+json")
+        status = await self._patch_podgroup(gang, "annotations", home.path, body,
+                                            "application/merge-patch+json")
         return status == 200
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:

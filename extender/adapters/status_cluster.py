@@ -16,12 +16,12 @@ import urllib.request
 from collections import defaultdict
 from typing import Any
 
+from ..cluster.object_sources import NATIVE_PODGROUPS
 from ..gang.effects import CONDITION_DEACTIVATED, CONDITION_INITIALLY_SCHEDULED, CONDITION_RECOVERING
-from ..gang.reporting import PODGROUP_API
 from .events import REPORTING_CONTROLLER
 from .kube import load_credentials
 
-PODGROUPS = f"/apis/{PODGROUP_API}"
+PODGROUPS = f"/apis/{NATIVE_PODGROUPS.api_version}"  # the fallback reads the 1.37 API only
 CONDITION_PHASES = ((CONDITION_DEACTIVATED, "Deactivated"), (CONDITION_RECOVERING, "Recovering"),
                     (CONDITION_INITIALLY_SCHEDULED, "Scheduled"))
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from ..cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from ..cluster.conventions import declared_by_pod, gang_key_of_pod
 from ..cluster.records import GangSpec, PodRecord, pod_record
 from ..cluster.resources import QuantityError
 from ..gang.gates import FilterDecision
@@ -105,7 +105,7 @@ def _get(doc: dict[str, Any], key: str) -> Any:
 
 
 def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
-    """The embedded Pod as a typed record plus the gang its annotations declare."""
+    """The embedded Pod as a typed record plus what it declares of its gang by itself."""
     pod = _get(doc, "Pod")
     if not isinstance(pod, dict):
         raise WireError("Pod: required object missing")
@@ -117,7 +117,7 @@ def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     except (QuantityError, ValueError, ArithmeticError) as exc:
         # ArithmeticError: a quantity whose exponent overflows the decimal context or an int.
         raise WireError(f"Pod.spec: invalid resource quantity: {exc}") from None
-    return record, spec_from_annotations(pod)
+    return record, declared_by_pod(pod)
 
 
 def _node_names(names: Any) -> list[str]:

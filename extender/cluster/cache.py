@@ -12,11 +12,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from .gang_sources import gang_key_of_pod, podgroup_key, spec_from_annotations, spec_from_podgroup
-from .records import GangSpec, NodeRecord, PodRecord, node_record, pod_record
+from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
+from .declarations import Declarations, object_id
+from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
+from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .resources import Resources, add_into, beyond_capacity, subtract_into
 
 
@@ -61,8 +63,8 @@ class ClusterCache:
         self.node_used: dict[str, Resources] = defaultdict(dict)
         self.node_pod_count: dict[str, int] = defaultdict(int)
         self.gang_members: dict[str, set[str]] = defaultdict(set)
-        self.podgroup_specs: dict[str, GangSpec] = {}
-        self.annotation_specs: dict[str, GangSpec] = {}
+        # Every gang declaration, from objects and from members (which wins: declarations.py).
+        self.declarations = Declarations(OBJECT_PRECEDENCE)
         # Pods holding capacity per topology domain prefix (level depth, path) — for scoring pods
         # outside gangs towards domains that are already in use.
         self.domain_pods: dict[str, int] = {}
@@ -78,6 +80,8 @@ class ClusterCache:
         # capacity): a gang that did not fit need not be placed again before it moves.
         self.capacity_version = 0
         # Per kind: listed, and its watch not down (kept by the informer through ``set_synced``).
+        # The informer registers each kind it watches (``set_synced``); objects kinds start listed
+        # as absent until then, so a cache fed by hand (tests, benchmarks) is usable.
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
         self.on_clamped: ClampedHook | None = None
 
@@ -136,8 +140,22 @@ class ClusterCache:
             self._count_domain(path, sign)
 
     def gang_spec(self, key: str) -> GangSpec | None:
-        """A PodGroup wins over annotations for the same name."""
-        return self.podgroup_specs.get(key) or self.annotation_specs.get(key)
+        """What the gang asks for, whichever convention declared it (declarations.py decides)."""
+        return self.declarations.spec(key)
+
+    @property
+    def podgroup_specs(self) -> dict[str, GangSpec]:
+        """Gangs declared by native PodGroups (read-only view)."""
+        return self.declarations.by_source[NATIVE_PODGROUPS.name]
+
+    @property
+    def annotation_specs(self) -> dict[str, GangSpec]:
+        """Gangs declared by their members' annotations (read-only view)."""
+        return self.declarations.from_members
+
+    def gang_objects_synced(self) -> bool:
+        """Every kind of gang object listed (or known not to be served)."""
+        return all(synced for kind, synced in self.synced.items() if kind not in ("nodes", "pods"))
 
     # --- nodes ---------------------------------------------------------------------------
     def upsert_node(self, obj: dict[str, Any]) -> None:
@@ -153,9 +171,9 @@ class ClusterCache:
         self._free.pop(record.name, None)
         self.capacity_version += 1
         self._report_clamped("nodes", record.name, old.allocatable if old else None, record.allocatable)
-        if old is None or _grew(old, record):
+        if old is None or grew(old, record):
             self._emit(CacheEvent(CAPACITY_FREED, record.name))
-        if old is not None and (old.domains != record.domains or _shrank(old, record)):
+        if old is not None and (old.domains != record.domains or shrank(old, record)):
             self._emit(CacheEvent(NODE_CHANGED, record.name))
         if old is not None and old.ready != record.ready:
             self._emit(CacheEvent(NODE_READINESS, record.name))
@@ -249,17 +267,17 @@ class ClusterCache:
 
     def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
         """Index a gang member and the declaration its annotations carry; returns the gang key
-        when that declaration changed (the caller tells the coordinator after the pod's events)."""
+        when the gang's declaration changed (the caller tells the coordinator after the pod's events)."""
         self.gang_members[gang_key].add(uid)
-        spec = spec_from_annotations(obj)
-        if spec is None:
+        spec = spec_from_pod(obj)
+        topology = topology_of_pod(obj)
+        if spec is None and topology is None:
             return ""
-        before = self.annotation_specs.get(gang_key)
-        if before is not None:
-            spec = _keep_bookkeeping(spec, before)
-        self.annotation_specs[gang_key] = spec
-        changed = before is not None and _declared(before) != _declared(spec)
-        return gang_key if changed and gang_key not in self.podgroup_specs else ""
+        before = self.declarations.spec(gang_key)
+        self.declarations.put_member(gang_key, spec, topology)
+        after = self.declarations.spec(gang_key)
+        changed = before is not None and after is not None and _declared(before) != _declared(after)
+        return gang_key if changed else ""
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -284,7 +302,7 @@ class ClusterCache:
         members.discard(uid)
         if not members:
             del self.gang_members[gang_key]
-            self.annotation_specs.pop(gang_key, None)
+            self.declarations.forget_members(gang_key)
 
     def replace_pods(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         """Load a full list; a pod that cannot be taken keeps its last good record, if any."""
@@ -297,25 +315,45 @@ class ClusterCache:
         return rejected
 
     # --- gang objects --------------------------------------------------------------------
-    def upsert_podgroup(self, obj: dict[str, Any]) -> None:
-        spec = spec_from_podgroup(obj)
-        self.podgroup_specs[spec.key] = spec
-        self._emit(CacheEvent(GANG_CHANGED, spec.key))
+    def upsert_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
+        declared, gone = self.declarations.put_object(source, obj)
+        for key in gone:
+            self._emit_gang(GANG_REMOVED, key)
+        for key in declared:
+            self._emit_gang(GANG_CHANGED, key)
 
-    def delete_podgroup(self, obj: dict[str, Any]) -> None:
-        key = podgroup_key(obj)
-        if self.podgroup_specs.pop(key, None) is not None:
-            self._emit(CacheEvent(GANG_REMOVED, key))
+    def delete_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
+        for key in self.declarations.drop_object(source.name, object_id(obj)):
+            self._emit_gang(GANG_REMOVED, key)
 
-    def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
+    def replace_gang_objects(self, source: GangObjectSource,
+                             objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         """Load a full list; an object that cannot be taken is returned, the others still load."""
         fresh = {f"{_meta(o, 'namespace')}/{_meta(o, 'name')}": o for o in objs}
-        for key in [k for k in self.podgroup_specs if k not in fresh]:
-            namespace, name = key.split("/", 1)
-            self.delete_podgroup({"metadata": {"namespace": namespace, "name": name}})
-        rejected = _each(fresh.values(), self.upsert_podgroup)
-        self.set_synced("podgroups", True)
+        for ident in [i for i in self.declarations.objects_of(source.name) if i not in fresh]:
+            namespace, name = ident.split("/", 1)
+            self.delete_gang_object(source, {"metadata": {"namespace": namespace, "name": name}})
+        rejected = _each(fresh.values(), lambda obj: self.upsert_gang_object(source, obj))
+        self.set_synced(source.name, True)
         return rejected
+
+    def _emit_gang(self, kind: str, key: str) -> None:
+        """Tell of one declared gang; a podGroup of a v1alpha1 Workload stands for its replicas."""
+        self._emit(CacheEvent(kind, key))
+        prefix = key + "/"
+        if key.count("/") == 2:
+            for replica in [k for k in self.gang_members if k.startswith(prefix)]:
+                self._emit(CacheEvent(kind, replica))
+
+    # The native PodGroup as the default source (v1beta1), for callers that feed the cache by hand.
+    def upsert_podgroup(self, obj: dict[str, Any]) -> None:
+        self.upsert_gang_object(NATIVE_PODGROUPS, obj)
+
+    def delete_podgroup(self, obj: dict[str, Any]) -> None:
+        self.delete_gang_object(NATIVE_PODGROUPS, obj)
+
+    def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
+        return self.replace_gang_objects(NATIVE_PODGROUPS, objs)
 
     # --- queries -------------------------------------------------------------------------
     def free_on(self, node: NodeRecord) -> tuple[Resources, int]:
@@ -344,7 +382,7 @@ class ClusterCache:
         return {
             "nodes": len(self.nodes),
             "pods": len(self.pods),
-            "podgroups": len(self.podgroup_specs),
+            "podgroups": self.declarations.object_count(),  # gangs declared by objects, of any API
         }
 
 
@@ -365,29 +403,6 @@ def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
     return rejected
 
 
-def _keep_bookkeeping(spec: GangSpec, before: GangSpec) -> GangSpec:
-    """Quorum's requeue count for an annotation gang is on its members: a member created since
-    (not stamped yet) does not lower it."""
-    if (spec.requeues, spec.backoff_until) >= (before.requeues, before.backoff_until):
-        return spec
-    return replace(spec, requeues=max(spec.requeues, before.requeues),
-                   backoff_until=max(spec.backoff_until, before.backoff_until))
-
-
 def _declared(spec: GangSpec) -> tuple[object, ...]:
     """What a gang's annotations declare (not which pod carried them, nor when it was created)."""
     return spec.declaration()
-
-
-def _shrank(old: NodeRecord, new: NodeRecord) -> bool:
-    """Whether a node update can leave less room than before (for any resource, or pod slots)."""
-    if new.pods_allocatable < old.pods_allocatable:
-        return True
-    return any(amount > new.allocatable.get(name, 0) for name, amount in old.allocatable.items())
-
-
-def _grew(old: NodeRecord, new: NodeRecord) -> bool:
-    """Whether a node update can make room for a pod that did not fit before."""
-    if new.pods_allocatable > old.pods_allocatable:
-        return True
-    return any(amount > old.allocatable.get(name, 0) for name, amount in new.allocatable.items())

@@ -1,8 +1,8 @@
-"""Adapters from each way of declaring a gang to one internal ``GangSpec``.
+"""Quorum's own annotations: the CRD-free way to declare a gang, per-gang lifecycle settings,
+and the requeue bookkeeping Quorum writes on a gang's object (or its members).
 
-Each source is a pair of small functions: which gang a pod belongs to, and what that gang asks
-for. Adding another convention (an older Workload API, a coscheduling PodGroup CRD) means adding
-one more pair here; nothing downstream changes.
+The other conventions (native APIs, coscheduling, Volcano, Koordinator, Kueue) are in
+``conventions.py``; all of them end in the same ``GangSpec``.
 """
 
 from __future__ import annotations
@@ -26,21 +26,7 @@ ANNOTATION_REQUEUES = ANNOTATION_PREFIX + "requeue-count"
 ANNOTATION_BACKOFF_UNTIL = ANNOTATION_PREFIX + "requeue-backoff-until"  # wall-clock seconds
 ANNOTATION_DEACTIVATED = ANNOTATION_PREFIX + "deactivated"  # the reason; remove it to reactivate
 
-SOURCE_PODGROUP = "scheduling.k8s.io/v1beta1 PodGroup"
 SOURCE_ANNOTATION = "annotations"
-
-
-def gang_key_of_pod(pod: Mapping[str, Any]) -> str | None:
-    """The gang a pod belongs to, as "namespace/name", or None for a pod outside any gang."""
-    meta = pod.get("metadata") or {}
-    namespace = meta.get("namespace", "")
-    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
-    if group:
-        return f"{namespace}/{group}"
-    name = (meta.get("annotations") or {}).get(ANNOTATION_GANG)
-    if name:
-        return f"{namespace}/{name}"
-    return None
 
 
 def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
@@ -73,33 +59,6 @@ def spec_from_annotations(pod: Mapping[str, Any]) -> GangSpec | None:
         source=SOURCE_ANNOTATION,
         problem=problem,
     )
-
-
-def spec_from_podgroup(obj: Mapping[str, Any]) -> GangSpec:
-    """Gang spec from a ``scheduling.k8s.io/v1beta1`` PodGroup (Kubernetes 1.37)."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    policy = spec.get("schedulingPolicy") or {}
-    gang = policy.get("gang")
-    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
-    required = topology[0].get("key") if topology and isinstance(topology[0], Mapping) else None
-    annotations = meta.get("annotations") or {}
-    return GangSpec(
-        **lifecycle_overrides(annotations),
-        **bookkeeping(annotations),
-        key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
-        min_count=int(gang.get("minCount") or 0) if isinstance(gang, Mapping) else 1,
-        is_gang=isinstance(gang, Mapping),
-        required_topology=required or None,
-        priority=int32(spec.get("priority")),
-        created=str(meta.get("creationTimestamp") or ""),
-        source=SOURCE_PODGROUP,
-    )
-
-
-def podgroup_key(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
 
 
 def lifecycle_overrides(annotations: Mapping[str, Any]) -> dict[str, Any]:

@@ -66,6 +66,27 @@ class PodRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class GangHome:
+    """The API object that declares one gang and nothing else: Quorum's Events are about it, and
+    its requeue bookkeeping (and, for the native PodGroup, its conditions) are written on it.
+
+    A gang without a home (pod annotations, or one podGroup of a v1alpha1 Workload, which declares
+    several gangs at once) keeps its bookkeeping on its members instead."""
+
+    api_version: str  # "scheduling.k8s.io/v1beta1", "scheduling.x-k8s.io/v1alpha1", ...
+    kind: str
+    plural: str
+    namespace: str
+    name: str
+    conditions: bool = False  # Quorum owns conditions in its status (native PodGroups only)
+
+    @property
+    def path(self) -> str:
+        """The object's URL path on the apiserver."""
+        return f"/apis/{self.api_version}/namespaces/{self.namespace}/{self.plural}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class GangSpec:
     """One gang, whatever API declared it."""
 
@@ -74,6 +95,14 @@ class GangSpec:
     is_gang: bool = True  # False for a PodGroup with the basic policy
     required_topology: str | None = None  # level name or node label key
     preferred_topology: str | None = None
+    # Slices: groups of ``slice_size`` members, each inside one domain of ``slice_topology``.
+    slice_topology: str | None = None
+    slice_size: int = 0
+    # Resources the whole gang needs at least (coscheduling ``minResources``): checked against
+    # the free capacity of the candidate nodes before any placement is searched.
+    min_resources: tuple[tuple[str, int], ...] = ()
+    bind_timeout: float | None = None  # per-gang override of gang.bindTimeoutSeconds
+    home: GangHome | None = None
     priority: int = 0
     created: str = ""
     source: str = "annotation"
@@ -90,6 +119,7 @@ class GangSpec:
     def declaration(self) -> tuple[object, ...]:
         """What the user declared: a change here re-derives the gang (and reactivates it)."""
         return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
+                self.slice_topology, self.slice_size, self.min_resources, self.bind_timeout,
                 self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain)
 
 
@@ -162,3 +192,17 @@ def int32(raw: Any) -> int:
     if isinstance(raw, bool) or not isinstance(raw, int):
         return 0
     return min(max(raw, INT32_MIN), INT32_MAX)
+
+
+def shrank(old: NodeRecord, new: NodeRecord) -> bool:
+    """Whether a node update can leave less room than before (for any resource, or pod slots)."""
+    if new.pods_allocatable < old.pods_allocatable:
+        return True
+    return any(amount > new.allocatable.get(name, 0) for name, amount in old.allocatable.items())
+
+
+def grew(old: NodeRecord, new: NodeRecord) -> bool:
+    """Whether a node update can make room for a pod that did not fit before."""
+    if new.pods_allocatable > old.pods_allocatable:
+        return True
+    return any(amount > old.allocatable.get(name, 0) for name, amount in new.allocatable.items())

@@ -300,7 +300,7 @@ class Coordinator(CacheReactions):
         spec = self.cache.gang_spec(key)
         min_count = self.core.min_count(state, spec)
         reached = len(state.held) + self.core.running_count(key)
-        reason = (f"gang {key}: quorum not reached within {self.core.config.gang.bind_timeout_seconds:g}s "
+        reason = (f"gang {key}: quorum not reached within {self.core.bind_timeout(key):g}s "
                   f"({reached}/{min_count} members reached bind)")
         self.core.metrics.reservation_timeouts.inc()
         self.core.release(state, reason, "timeout")

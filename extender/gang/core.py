@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..cluster.cache import ClusterCache
-from ..cluster.records import GangSpec, PodRecord
+from ..cluster.records import GangHome, GangSpec, PodRecord
 from ..config import Config
 from ..metrics import Metrics
 from .effects import NORMAL, GangCondition, ObjectRef
@@ -50,13 +50,12 @@ class ClusterActions(Protocol):
         """Queue an events.k8s.io/v1 Event; repeats are aggregated, never sent one by one."""
         ...
 
-    async def set_gang_conditions(self, namespace: str, name: str,
-                                  conditions: list[GangCondition]) -> None:
+    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         """Apply Quorum's conditions to a PodGroup's status (others' conditions are kept)."""
         ...
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-        """Set (None: remove) bookkeeping annotations on a PodGroup; whether it was written."""
+    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
+        """Set (None: remove) bookkeeping annotations on a gang's object; whether it was written."""
         ...
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
@@ -178,6 +177,14 @@ class Core:
     def min_count(self, state: GangState, spec: GangSpec | None) -> int:
         return spec.min_count if spec is not None else state.min_count_reserved
 
+    def bind_timeout(self, key: str) -> float:
+        """How long a reserved gang may take to reach quorum at bind. A gang may shorten it
+        (coscheduling's ``scheduleTimeoutSeconds``) but never lengthen it: held bind calls must
+        answer within kube-scheduler's extender ``httpTimeout``, which the configured value respects."""
+        spec = self.cache.gang_spec(key)
+        configured = self.config.gang.bind_timeout_seconds
+        return min(spec.bind_timeout, configured) if spec is not None and spec.bind_timeout else configured
+
     def facts(self, state: GangState) -> Facts:
         spec = self.cache.gang_spec(state.key)
         members = self.cache.members(state.key)
@@ -262,7 +269,8 @@ class Core:
         Filter calls may name gangs that do not exist; they must not leave phantom gangs behind.
         """
         state = self.gangs.get(key)
-        if state is None or self.cache.gang_members.get(key) or key in self.cache.podgroup_specs:
+        declared = self.cache.declarations.declared_by_object(key)
+        if state is None or self.cache.gang_members.get(key) or declared:
             return
         if self.ledger.reserved_count(key) or state.held or state.binds_in_flight:
             return

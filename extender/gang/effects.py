@@ -14,6 +14,7 @@ from typing import Any
 from ..cluster.gang_sources import ANNOTATION_BACKOFF_UNTIL as ANNOTATION_BACKOFF_UNTIL
 from ..cluster.gang_sources import ANNOTATION_DEACTIVATED as ANNOTATION_DEACTIVATED
 from ..cluster.gang_sources import ANNOTATION_REQUEUES as ANNOTATION_REQUEUES
+from ..cluster.records import GangHome
 
 # Event types, as events.k8s.io/v1 spells them.
 NORMAL = "Normal"
@@ -70,10 +71,10 @@ class NoActions:
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
         return None
 
-    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         return None
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
         return True
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:

@@ -26,8 +26,7 @@ import logging
 import random
 from collections.abc import Callable
 
-from ..cluster.gang_sources import SOURCE_PODGROUP
-from ..cluster.records import GangSpec, PodRecord
+from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
 from .retry import Retry
@@ -261,7 +260,7 @@ class Lifecycle:
         spec = self.core.cache.gang_spec(state.key)
         if spec is None:
             return
-        if spec.source != SOURCE_PODGROUP:
+        if spec.home is None:
             state.stamp = {k: v for k, v in {**state.stamp, **annotations}.items() if v is not None}
             state.stamped.clear()
             for member in self.core.cache.members(state.key):
@@ -269,7 +268,7 @@ class Lifecycle:
             return
         expected = (state.requeues, state.deactivated)
         state.expected_bookkeeping = expected
-        self.core.spawn(self._write(state, annotations, expected))
+        self.core.spawn(self._write(state, spec.home, annotations, expected))
 
     def stamp(self, pod: PodRecord, change: dict[str, str | None] | None = None) -> None:
         """Give a member of an annotation gang the bookkeeping its gang carries (once per pod), or
@@ -283,10 +282,9 @@ class Lifecycle:
             state.stamped.add(pod.uid)
             self.core.spawn(self.core.actions.annotate_pod(pod.namespace, pod.name, annotations))
 
-    async def _write(self, state: GangState, annotations: dict[str, str | None],
+    async def _write(self, state: GangState, home: GangHome, annotations: dict[str, str | None],
                      expected: tuple[int, str]) -> None:
-        namespace, name = state.key.split("/", 1)
-        written = await self.core.actions.annotate_gang(namespace, name, annotations)
+        written = await self.core.actions.annotate_gang(home, annotations)
         if not written and state.expected_bookkeeping == expected:
             state.expected_bookkeeping = None  # it will never come back: trust the watch again
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
-from ..topology.placement import CandidateNode, Member, NoFit, Placement, place_gang
+from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from .core import Core
 from .state import GangState, NoFitMemo
 
@@ -48,6 +48,17 @@ def honour_nominations(assignment: Mapping[str, str], pending: Mapping[str, PodR
     return out
 
 
+def _short_of(minimum: tuple[tuple[str, int], ...], nodes: list[CandidateNode]) -> str:
+    """Why the candidate nodes cannot hold the gang's declared minimum resources, or "" (an early
+    answer: no placement is searched for a gang that cannot fit in total)."""
+    for name, amount in minimum:
+        have = sum(n.free.get(name, 0) for n in nodes)
+        if have < amount:
+            return (f"needs minResources {format_resources({name: amount})}; candidate nodes have "
+                    f"{format_resources({name: have}) if have else 'none free'}")
+    return ""
+
+
 def fingerprint(candidates: list[str]) -> tuple[int, int]:
     """Identifies a set of node names whatever their order (kube-scheduler's varies between calls).
 
@@ -71,10 +82,11 @@ class Planner:
 
         An unknown *preferred* level is only a preference that cannot be met: it is ignored.
         """
-        ref = spec.required_topology
-        if ref and self.level(ref) is None:
-            return (f"gang {spec.key}: required topology {ref!r} is not a configured level "
-                    f"({', '.join(self.level_names)})")
+        for what, ref in (("required topology", spec.required_topology),
+                          ("slice topology", spec.slice_topology)):
+            if ref and self.level(ref) is None:
+                return (f"gang {spec.key}: {what} {ref!r} is not a configured level "
+                        f"({', '.join(self.level_names)})")
         return ""
 
     def fit_version(self, key: str) -> tuple[int, ...]:
@@ -138,6 +150,10 @@ class Planner:
         constrained = required is not None or preferred is not None
         nodes = self.candidates(candidates, spec.key, within, labelled_only=constrained, freed=freed)
         needed = spec.min_count - len(bound_nodes)
+        if spec.min_resources and not bound_nodes:
+            short = _short_of(spec.min_resources, nodes)
+            if short:
+                return NoFit(short)
         ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
         attempts = [ordered]
         if len(ordered) > needed:

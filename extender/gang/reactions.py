@@ -168,7 +168,7 @@ class CacheReactions:
             # A PodGroup created after its pods: they were rejected while it was missing, and
             # kube-scheduler sees no event that would retry them. Wake them now (after the first
             # list only: at start every gang gets its nudge once the caches have synced).
-            if core.cache.synced.get("podgroups"):
+            if core.cache.gang_objects_synced():
                 self.retry.nudge_gang(event.key, "its PodGroup appeared")
             return
         if state.spec_seen is not None and state.spec_seen.declaration() == spec.declaration():

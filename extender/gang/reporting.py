@@ -10,7 +10,6 @@ A condition is written only when its status or reason changes.
 
 from __future__ import annotations
 
-from ..cluster.gang_sources import SOURCE_PODGROUP
 from ..cluster.records import PodRecord
 from .core import Core
 from .effects import (
@@ -24,8 +23,6 @@ from .effects import (
     ObjectRef,
 )
 from .state import GangState, Phase
-
-PODGROUP_API = "scheduling.k8s.io/v1beta1"
 
 # Event (type, reason, action) for each phase a gang enters.
 PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
@@ -62,9 +59,9 @@ class Reporter:
 
     def _target(self, key: str) -> ObjectRef | None:
         spec = self.core.cache.gang_spec(key)
-        namespace, name = key.split("/", 1)
-        if spec is not None and spec.source == SOURCE_PODGROUP:
-            return ObjectRef("PodGroup", PODGROUP_API, namespace, name)
+        home = spec.home if spec is not None else None
+        if home is not None:
+            return ObjectRef(home.kind, home.api_version, home.namespace, home.name)
         members = self.core.cache.members(key)
         if not members:
             return None
@@ -92,9 +89,10 @@ class Reporter:
         self.conditions(state)
 
     def conditions(self, state: GangState) -> None:
-        """Apply the conditions that changed (PodGroup gangs only; annotation gangs have Events)."""
+        """Apply the conditions that changed (native PodGroups only; other gangs have Events)."""
         spec = self.core.cache.gang_spec(state.key)
-        if spec is None or spec.source != SOURCE_PODGROUP:
+        home = spec.home if spec is not None else None
+        if home is None or not home.conditions:
             return
         applied = state.conditions
         wanted = [c for c in self._wanted(state) if applied.get(c.type, ())[:2] != (c.status, c.reason)]
@@ -106,8 +104,7 @@ class Reporter:
         # left out would be removed.
         full = [GangCondition(kind, status, reason, message)
                 for kind, (status, reason, message) in sorted(state.conditions.items())]
-        namespace, name = state.key.split("/", 1)
-        self.core.spawn(self.core.actions.set_gang_conditions(namespace, name, full))
+        self.core.spawn(self.core.actions.set_gang_conditions(home, full))
 
     def _wanted(self, state: GangState) -> list[GangCondition]:
         out: list[GangCondition] = []

@@ -38,7 +38,7 @@ class Retry:
         if state.deadline is not None:
             state.deadline.cancel()
         state.deadline = asyncio.get_running_loop().call_later(
-            self.core.config.gang.bind_timeout_seconds, on_expiry, state.key)
+            self.core.bind_timeout(state.key), on_expiry, state.key)
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:

@@ -115,6 +115,13 @@ class FakeApiserver:
         self.annotations: dict[str, dict[str, str]] = {}  # "ns/name" -> annotations as merged
 
     # ------------------------------------------------------------------ the client interface
+    async def get_json(self, path: str) -> dict[str, Any] | None:
+        """API discovery: the 1.37 PodGroup API is served, nothing else that declares gangs."""
+        await asyncio.sleep(0)
+        if path == "/apis/scheduling.k8s.io/v1beta1":
+            return {"resources": [{"name": "podgroups"}, {"name": "workloads"}]}
+        return None
+
     async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
         await asyncio.sleep(0)
         return json.loads(json.dumps(self.objects[path])), "1"
@@ -152,10 +159,12 @@ class FakeApiserver:
     def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
         self.events.append((str(regarding.key), type_, reason, note))
 
-    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[Any]) -> None:
+    async def set_gang_conditions(self, home: Any, conditions: list[Any]) -> None:
+        namespace, name = home.namespace, home.name
         self.conditions[f"{namespace}/{name}"] = {str(c.type): bool(c.status) for c in conditions}
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
+        namespace, name = home.namespace, home.name
         merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
         return True
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.gang_sources import gang_key_of_pod
+from extender.cluster.conventions import gang_key_of_pod
 from extender.cluster.records import PodRecord, pod_record
 from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
@@ -344,7 +344,8 @@ class FakeActions:
     def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
         self.api.events.append((regarding.name, reason))
 
-    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[Any]) -> None:
+    async def set_gang_conditions(self, home: Any, conditions: list[Any]) -> None:
+        name = home.name
         for condition in conditions:
             self.api.conditions[(name, condition.type)] = condition.status
 
@@ -358,8 +359,9 @@ class FakeActions:
             self.api.cache.upsert_pod(obj)
         return True
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
         """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
+        name = home.name
         obj = self.api.podgroups.get(name)
         if not self.alive or obj is None:
             return False

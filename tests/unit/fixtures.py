@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from extender.cluster.conventions import declared_by_pod, gang_key_of_pod
 from extender.cluster.records import GangSpec, PodRecord, pod_record
 from extender.config import Config, GangTimings
 from extender.gang.coordinator import BindFailed, Coordinator, FilterDecision
@@ -94,14 +94,16 @@ class FakeActions:
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
         self.events.append((regarding, type_, reason, action, note))
 
-    async def set_gang_conditions(self, namespace: str, name: str, conditions: list[GangCondition]) -> None:
+    async def set_gang_conditions(self, home: Any, conditions: list[GangCondition]) -> None:
+        namespace, name = home.namespace, home.name
         self.conditions[f"{namespace}/{name}"] = list(conditions)
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         merge_annotations(self.pod_annotations.setdefault(f"{namespace}/{name}", {}), annotations)
         return True
 
-    async def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
+        namespace, name = home.namespace, home.name
         merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
         return True
 
@@ -130,7 +132,7 @@ class FakeActions:
 
 def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     """The pod as the wire layer hands it to the core."""
-    return pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+    return pod_record(obj, gang_key_of_pod(obj)), declared_by_pod(obj)
 
 
 class World:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from extender.cluster.cache import CacheEvent, ClusterCache
-from extender.cluster.records import GangSpec
+from extender.cluster.records import GangHome, GangSpec
 
 from .fixtures import LEVEL_LABELS, bound, load, make_node, make_pod, make_podgroup, topology_nodes
 
@@ -249,6 +249,7 @@ def test_podgroup_upsert_delete_and_events(cache: ClusterCache, events: list[Cac
     assert spec == GangSpec(
         key="ml/train-a", min_count=4, is_gang=True, required_topology="topology.quorum.dev/rack",
         priority=100, created="2025-03-14T09:21:05Z", source="scheduling.k8s.io/v1beta1 PodGroup",
+        home=GangHome("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups", "ml", "train-a", conditions=True),
     )
     group["spec"]["schedulingPolicy"]["gang"]["minCount"] = 6
     cache.upsert_podgroup(group)

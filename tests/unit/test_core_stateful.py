@@ -23,7 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.gang_sources import gang_key_of_pod, spec_from_annotations
+from extender.cluster.conventions import gang_key_of_pod
+from extender.cluster.gang_sources import spec_from_annotations
 from extender.cluster.records import pod_record
 from extender.config import Config, GangTimings, Lifecycle, Preemption, Starvation
 from extender.gang.coordinator import Coordinator

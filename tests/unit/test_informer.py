@@ -57,6 +57,13 @@ class FakeKube:
         self.watches: dict[str, list[list[Any]]] = {}
         self.list_calls: list[str] = []
         self.watch_calls: list[tuple[str, str]] = []
+        # API discovery: the resources each group version serves (the 1.37 PodGroup API only).
+        self.served: dict[str, list[str]] = {"scheduling.k8s.io/v1beta1": ["podgroups", "workloads"]}
+
+    async def get_json(self, path: str) -> dict[str, Any] | None:
+        await asyncio.sleep(0)
+        resources = self.served.get(path.removeprefix("/apis/"))
+        return None if resources is None else {"resources": [{"name": name} for name in resources]}
 
     async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
         self.list_calls.append(path)
@@ -247,6 +254,34 @@ async def test_podgroup_api_appearing_later_is_picked_up(
     assert (PODGROUPS, "8") in kube.watch_calls
 
 
+async def test_discovery_watches_the_version_the_server_serves(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    """1.36 serves PodGroups as v1alpha2 (1.35: Workloads as v1alpha1); a CRD installed after the
+    start (here Volcano's) is found when the informer looks again."""
+    kube = FakeKube()
+    kube.served = {"scheduling.k8s.io/v1alpha2": ["podgroups", "workloads"],
+                   "scheduling.k8s.io/v1alpha1": ["workloads"]}
+    v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
+    volcano = "/apis/scheduling.volcano.sh/v1beta1/podgroups"
+    kube.lists[v1alpha2] = [([with_rv(make_podgroup("train-a", 4), "7")], "8")]
+    kube.lists[volcano] = [([{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+                              "metadata": {"name": "vc", "namespace": "ml", "resourceVersion": "3"},
+                              "spec": {"minMember": 2}}], "9")]
+    informer = run(kube, absent_retry=0.05)
+    await eventually(lambda: "ml/train-a" in cache.podgroup_specs and informer.status()["volcano"] == ABSENT)
+    spec = cache.gang_spec("ml/train-a")
+    assert spec is not None and spec.home is not None
+    assert spec.home.api_version == "scheduling.k8s.io/v1alpha2"
+    assert kube.lists_of(PODGROUPS) == 0  # v1beta1 is not served: never asked for
+    assert informer.served == {"podgroups": "scheduling.k8s.io/v1alpha2",
+                               "workloads": "scheduling.k8s.io/v1alpha1"}
+    kube.served["scheduling.volcano.sh/v1beta1"] = ["podgroups"]  # the CRD is installed
+    await eventually(lambda: cache.gang_spec("ml/vc") is not None)
+    assert cache.gang_spec("ml/vc").min_count == 2  # type: ignore[union-attr]
+    assert informer.status()["volcano"] == "watching"
+
+
 async def test_errors_back_off_and_reconnect_from_the_same_version(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
 ) -> None:
@@ -278,7 +313,7 @@ async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> 
     informer.start()
     await eventually(lambda: all(cache.synced.values()))
     tasks = list(informer._tasks)
-    assert len(tasks) == 3
+    assert len(tasks) == 6  # nodes, pods and the four kinds of gang object
     await informer.stop()
     assert all(task.done() for task in tasks)
     assert informer._tasks == []
@@ -371,7 +406,8 @@ async def test_not_ready_while_a_watch_backs_off(
     assert cache.synced["pods"] is False  # what /readyz names
     assert informer.status()["nodes"] == "watching"
     await eventually(informer.healthy)  # the watch is accepted again after 0.5 s
-    assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching"}
+    assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching",
+                                 "workloads": ABSENT, "coscheduling": ABSENT, "volcano": ABSENT}
     assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100"]
 
 

@@ -8,12 +8,14 @@ import logging
 import pytest
 
 from extender.adapters.kube import Credentials, KubeClient
+from extender.cluster.records import GangHome
 from extender.gang.core import EvictionFailed
 from extender.gang.effects import GangCondition
 
 from .fake_kube import KubeWorld, Request
 
 PODGROUP = "/apis/scheduling.k8s.io/v1beta1/namespaces/ml/podgroups/trainer"
+TRAINER = GangHome("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups", "ml", "trainer", conditions=True)
 EVICTION = "/api/v1/namespaces/ml/pods/trainer-0/eviction"
 
 
@@ -81,7 +83,7 @@ def conditions_sent(request: Request) -> dict[str, tuple[str, str, str]]:
 async def test_conditions_are_applied_with_stable_transition_times(kube: KubeWorld) -> None:
     scheduled = GangCondition("PodGroupInitiallyScheduled", True, "Scheduled", "8/8 bound")
     ready = GangCondition("quorum.dev/PodsReady", False, "Waiting", "0/8 ready")
-    await kube.client.set_gang_conditions("ml", "trainer", [scheduled, ready])
+    await kube.client.set_gang_conditions(TRAINER, [scheduled, ready])
     [first] = kube.api.requests
     assert (first.method, first.path, first.content_type) == (
         "PATCH", f"{PODGROUP}/status", "application/apply-patch+yaml")
@@ -96,7 +98,7 @@ async def test_conditions_are_applied_with_stable_transition_times(kube: KubeWor
              "message": "0/8 ready", "lastTransitionTime": "2026-11-23T18:00:00Z"}]},
     }
     kube.clock.now += 90
-    await kube.client.set_gang_conditions("ml", "trainer", [
+    await kube.client.set_gang_conditions(TRAINER, [
         GangCondition(scheduled.type, True, "Scheduled", "8/8 bound, 1 replaced"),
         GangCondition(ready.type, True, "AllReady", "8/8 ready")])
     assert conditions_sent(kube.api.requests[1]) == {
@@ -110,11 +112,11 @@ async def test_conditions_of_a_deleted_podgroup_are_ignored(kube: KubeWorld,
     kube.api.answers[("PATCH", f"{PODGROUP}/status")] = (404, "podgroups not found")
     condition = GangCondition("quorum.dev/PodsReady", True, "AllReady", "")
     with caplog.at_level(logging.WARNING):
-        await kube.client.set_gang_conditions("ml", "trainer", [condition])
+        await kube.client.set_gang_conditions(TRAINER, [condition])
     assert not caplog.records
     kube.clock.now += 5  # a PodGroup of the same name later starts afresh
     del kube.api.answers[("PATCH", f"{PODGROUP}/status")]
-    await kube.client.set_gang_conditions("ml", "trainer", [condition])
+    await kube.client.set_gang_conditions(TRAINER, [condition])
     assert conditions_sent(kube.api.requests[1])[condition.type][2] == "2026-11-23T18:00:05Z"
 
 
@@ -122,7 +124,7 @@ async def test_condition_errors_are_logged_not_raised(kube: KubeWorld,
                                                       caplog: pytest.LogCaptureFixture) -> None:
     kube.api.answers[("PATCH", f"{PODGROUP}/status")] = (422, "reason: Invalid value")
     with caplog.at_level(logging.WARNING):
-        await kube.client.set_gang_conditions("ml", "trainer", [GangCondition("X", True, "Y", "")])
+        await kube.client.set_gang_conditions(TRAINER, [GangCondition("X", True, "Y", "")])
     assert [r.getMessage() for r in caplog.records] == ["writing PodGroup conditions failed"]
 
 
@@ -130,7 +132,7 @@ async def test_condition_errors_are_logged_not_raised(kube: KubeWorld,
 
 
 async def test_annotations_are_merge_patched_with_null_deleting(kube: KubeWorld) -> None:
-    written = await kube.client.annotate_gang("ml", "trainer", {"quorum.dev/requeue-count": "2",
+    written = await kube.client.annotate_gang(TRAINER, {"quorum.dev/requeue-count": "2",
                                                                    "quorum.dev/deactivated": None})
     [request] = kube.api.requests
     assert written is True
@@ -145,6 +147,6 @@ async def test_annotations_not_written_return_false(kube: KubeWorld, caplog: pyt
                                                     status: int, logged: bool) -> None:
     kube.api.answers[("PATCH", PODGROUP)] = (status, "no")
     with caplog.at_level(logging.WARNING):
-        written = await kube.client.annotate_gang("ml", "trainer", {"quorum.dev/requeue-count": "1"})
+        written = await kube.client.annotate_gang(TRAINER, {"quorum.dev/requeue-count": "1"})
     assert written is False
     assert bool(caplog.records) is logged

@@ -40,9 +40,10 @@ class LifecycleWorld(World):
         self.applied: dict[str, list[tuple[str, bool]]] = {}
         record = self.actions.set_gang_conditions
 
-        async def keep(namespace: str, name: str, conditions: list[Any]) -> None:
-            self.applied.setdefault(f"{namespace}/{name}", []).extend((c.type, c.status) for c in conditions)
-            await record(namespace, name, conditions)
+        async def keep(home: Any, conditions: list[Any]) -> None:
+            self.applied.setdefault(f"{home.namespace}/{home.name}", []).extend(
+                (c.type, c.status) for c in conditions)
+            await record(home, conditions)
         self.actions.set_gang_conditions = keep  # type: ignore[method-assign]
 
 

@@ -1,0 +1,143 @@
+"""Which gangs exist and what each asks for, merged from every convention at once.
+
+Gangs are declared by API objects (PodGroups of three APIs, v1alpha1 Workloads) and by the pods
+themselves (annotations). This is the one place that decides which declaration wins:
+
+1. objects, in ``precedence`` order (the first source that declares the key);
+2. the declaration the members carry (annotations; the most recent member's);
+3. topology the declaration leaves open is taken from the members' topology annotations.
+
+A v1alpha1 Workload declares "namespace/workload/podGroup"; each replica key of that podGroup is
+a gang of its own ("namespace/workload/podGroup/replica") with the same spec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from .conventions import MemberTopology, with_topology
+from .object_sources import GangObjectSource
+from .records import GangSpec
+
+
+def object_id(obj: Mapping[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+def template_key(key: str) -> str | None:
+    """The podGroup a replica gang belongs to ("ns/workload/podGroup"), or None for other keys."""
+    parts = key.split("/")
+    return "/".join(parts[:3]) if len(parts) == 4 else None
+
+
+class Declarations:
+    def __init__(self, precedence: Iterable[str]) -> None:
+        self.precedence = tuple(precedence)
+        self.by_source: dict[str, dict[str, GangSpec]] = {name: {} for name in self.precedence}
+        # Per source and object ("namespace/name"): the gang keys it declares, to forget them.
+        self.keys_of: dict[str, dict[str, tuple[str, ...]]] = {name: {} for name in self.precedence}
+        self.from_members: dict[str, GangSpec] = {}
+        self.member_topology: dict[str, MemberTopology] = {}
+        self._resolved: dict[str, GangSpec | None] = {}
+
+    # --- queries (hot path: memoised until a declaration moves) ------------------------------
+    def spec(self, key: str) -> GangSpec | None:
+        try:
+            return self._resolved[key]
+        except KeyError:
+            pass
+        spec = self._resolve(key)
+        self._resolved[key] = spec
+        return spec
+
+    def declared_by_object(self, key: str) -> bool:
+        """Whether an API object (not the members' annotations) declares the gang."""
+        lookup = template_key(key) or key
+        return any(lookup in self.by_source[name] for name in self.precedence)
+
+    def object_count(self) -> int:
+        return sum(len(specs) for specs in self.by_source.values())
+
+    def _resolve(self, key: str) -> GangSpec | None:
+        spec = self._from_objects(key)
+        if spec is None:
+            spec = self.from_members.get(key)
+        if spec is None:
+            return None
+        topology = self.member_topology.get(key)
+        if topology is not None:
+            spec = with_topology(spec, topology)
+        return spec
+
+    def _from_objects(self, key: str) -> GangSpec | None:
+        template = template_key(key)
+        for name in self.precedence:
+            specs = self.by_source[name]
+            spec = specs.get(key)
+            if spec is not None:
+                return spec
+            if template is not None:
+                spec = specs.get(template)
+                if spec is not None:
+                    return replace(spec, key=key)
+        return None
+
+    # --- objects ---------------------------------------------------------------------------
+    def put_object(self, source: GangObjectSource, obj: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """Take one object; returns (gang keys it declares now, keys it no longer declares)."""
+        specs = source.parse(obj)
+        ident = object_id(obj)
+        before = self.keys_of[source.name].get(ident, ())
+        gone = [key for key in before if key not in specs]
+        table = self.by_source[source.name]
+        for key in gone:
+            table.pop(key, None)
+        table.update(specs)
+        if specs:
+            self.keys_of[source.name][ident] = tuple(specs)
+        else:
+            self.keys_of[source.name].pop(ident, None)
+        self._resolved.clear()
+        return list(specs), gone
+
+    def drop_object(self, source_name: str, ident: str) -> list[str]:
+        """Forget one object; returns the gang keys it declared."""
+        keys = self.keys_of[source_name].pop(ident, ())
+        table = self.by_source[source_name]
+        for key in keys:
+            table.pop(key, None)
+        self._resolved.clear()
+        return list(keys)
+
+    def objects_of(self, source_name: str) -> list[str]:
+        return list(self.keys_of[source_name])
+
+    # --- members ---------------------------------------------------------------------------
+    def put_member(self, key: str, spec: GangSpec | None, topology: MemberTopology | None) -> None:
+        """The declaration and topology one member carries (the latest member's win)."""
+        if spec is not None:
+            before = self.from_members.get(key)
+            if before is not None:
+                spec = _keep_bookkeeping(spec, before)
+            self.from_members[key] = spec
+        if topology is not None:
+            self.member_topology[key] = topology
+        self._resolved.pop(key, None)
+
+    def forget_members(self, key: str) -> None:
+        """The gang has no members left: what they declared goes with them."""
+        self.from_members.pop(key, None)
+        self.member_topology.pop(key, None)
+        self._resolved.pop(key, None)
+
+
+def _keep_bookkeeping(spec: GangSpec, before: GangSpec) -> GangSpec:
+    """Quorum's requeue count for an annotation gang is on its members: a member created since
+    (not stamped yet) does not lower it."""
+    if (spec.requeues, spec.backoff_until) >= (before.requeues, before.backoff_until):
+        return spec
+    return replace(spec, requeues=max(spec.requeues, before.requeues),
+                   backoff_until=max(spec.backoff_until, before.backoff_until))
