@@ -224,14 +224,24 @@ def place_gang(
     above the host (or the host level itself when that is the preference) up to the top; otherwise
     spread over the fewest domains, nested. ``Placement.domain`` is the path cut at the preferred
     level (or the higher domain actually used when the preference could not be met), ``()`` when the
-    gang is spread or nothing was asked. Both may be given: the preference then applies inside the
-    required domain. Raises ValueError for inconsistent input (level out of range, wrong number of
-    domain labels, duplicate member keys); node names are assumed unique.
+    gang is spread or nothing was asked. Both may be given ("require a block, prefer a rack"): the
+    tightest preferred domain that fits wins wherever it is (it lies inside one required domain),
+    and only when none fits is the gang spread inside the tightest required domain; the result's
+    ``domain`` is the required domain either way. Raises ValueError for inconsistent input (level
+    out of range, wrong number of domain labels, duplicate member keys); node names are assumed
+    unique.
     """
     depth = len(level_names)
     if depth == 0:
         raise ValueError("level_names must name at least one level")
     _validate(members, depth, required_level, preferred_level)
+    if required_level is not None and preferred_level is not None and preferred_level > required_level:
+        # The tightest required domain may be one where the preference cannot be met while another
+        # meets it: look for the preferred domain first, anywhere (it is inside a required one).
+        labelled = [c for c in candidates if len(c.domains) == depth and c.domains[required_level]]
+        inside = place_gang(labelled, members, level_names, preferred_level, None)
+        if isinstance(inside, Placement):
+            return Placement(inside.assignment, inside.domain[: required_level + 1], inside.domains_used)
     if not members:
         return Placement({}, (), 0)
     if not candidates:

@@ -404,3 +404,21 @@ def test_deterministic_and_independent_of_candidate_order() -> None:
         shuffled = list(candidates)
         rng.shuffle(shuffled)
         assert place_gang(shuffled, gang(size), LEVELS, required, preferred) == first
+
+
+def test_require_block_prefer_rack_takes_the_block_where_a_rack_fits() -> None:
+    """Kueue's "required block, preferred rack": block b0 is the tighter block but has no rack with
+    room for the gang; b1 has one. The gang goes whole into that rack, not over two racks of b0."""
+    nodes = [CandidateNode(f"{b}-r{r}-n{n}", (b, f"{b}-r{r}", f"{b}-r{r}-n{n}"),
+                           {"gpu": 8 if n < free else 0}, 110)
+             for b, frees in (("b0", (2, 2, 2, 2)), ("b1", (4, 2, 2, 2)))
+             for r, free in enumerate(frees) for n in range(4)]
+    members = [Member(f"m{i}", {"gpu": 8}) for i in range(4)]
+    result = place_gang(nodes, members, LEVELS, 0, 1)
+    assert isinstance(result, Placement)
+    assert {node.rsplit("-", 1)[0] for node in result.assignment.values()} == {"b1-r0"}
+    assert result.domain == ("b1",)
+    # With the requirement alone the tightest block wins, spread over two of its racks.
+    alone = place_gang(nodes, members, LEVELS, 0, None)
+    assert isinstance(alone, Placement)
+    assert {node.rsplit("-", 1)[0] for node in alone.assignment.values()} == {"b0-r0", "b0-r1"}
