@@ -107,6 +107,10 @@ class Kube:
                 return None
             raise
 
+    def version(self) -> dict[str, Any]:
+        """The apiserver's /version (major, minor, gitVersion)."""
+        return self.raw(client.VersionApi(self.api).get_code)  # type: ignore[no-any-return]
+
     def nodes(self) -> list[dict[str, Any]]:
         return self.raw(self.core.list_node)["items"]  # type: ignore[no-any-return]
 

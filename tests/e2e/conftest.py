@@ -194,9 +194,23 @@ def reconfigure(settings: Settings, quorum: Quorum) -> Iterator[Reconfigurer]:
         reconfigurer.restore()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The soak restarts the apiserver and kills processes: it runs after everything else."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests of one Kubernetes version's API leave the run on other versions (deselected, not
+    skipped); the soak restarts the apiserver and kills processes: it runs after everything else."""
+    pinned = [item for item in items if item.get_closest_marker("k8s_minor") is not None]
+    if pinned:
+        minor = server_minor(Settings.from_env())
+        other = [item for item in pinned if item.get_closest_marker("k8s_minor").args[0] != minor]  # type: ignore[union-attr]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            items[:] = [item for item in items if item not in other]
     items.sort(key=lambda item: item.get_closest_marker("soak") is not None)
+
+
+def server_minor(settings: Settings) -> int:
+    """The minor version of the cluster the suite runs against (1.35 -> 35)."""
+    info = Kube(settings.kubeconfig).version()
+    return int(str(info.get("minor", "0")).rstrip("+"))
 
 
 # ------------------------------------------------------------------------------------ reporting

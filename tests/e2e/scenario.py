@@ -21,13 +21,18 @@ from kubernetes.watch.watch import iter_resp_lines
 
 from .cluster import ANN_GANG, ANN_MIN_COUNT, Kube, Quorum, Settings, Topology, pod_manifest
 
+E2E_GANG_LABEL = "e2e.quorum.dev/gang"
+E2E_MIN_COUNT = "e2e.quorum.dev/min-count"
+
 
 def gang_of(pod: Mapping[str, Any]) -> str | None:
-    """The gang name a pod declares (PodGroup reference first, as Quorum reads it)."""
+    """The gang name a pod declares (PodGroup reference first, as Quorum reads it). Pods of the
+    other conventions carry the suite's own label naming their gang (``conventions_support``)."""
     group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
     if group:
         return str(group)
-    return ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_GANG)
+    meta = pod.get("metadata") or {}
+    return (meta.get("annotations") or {}).get(ANN_GANG) or (meta.get("labels") or {}).get(E2E_GANG_LABEL)
 
 
 def node_of(pod: Mapping[str, Any]) -> str:
@@ -147,8 +152,11 @@ class GangWatcher:
     # ------------------------------------------------------------------ checks
     def min_count(self, gang: str, pod: Mapping[str, Any]) -> int | None:
         group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        if E2E_MIN_COUNT in annotations:  # the suite's note of the size a convention declares
+            return int(annotations[E2E_MIN_COUNT])
         if not group:
-            raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANN_MIN_COUNT, "")
+            raw = annotations.get(ANN_MIN_COUNT, "")
             try:
                 return int(raw)
             except ValueError:
