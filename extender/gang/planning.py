@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
+from ..topology.slices import place_sliced
 from .core import Core
 from .state import GangState, NoFitMemo
 
@@ -147,7 +148,7 @@ class Planner:
             first = self.core.cache.nodes.get(bound_nodes[0])
             if first is not None and first.paths[required]:
                 within = (required, first.paths[required])
-        constrained = required is not None or preferred is not None
+        constrained = required is not None or preferred is not None or spec.slice_topology is not None
         nodes = self.candidates(candidates, spec.key, within, labelled_only=constrained, freed=freed)
         needed = spec.min_count - len(bound_nodes)
         if spec.min_resources and not bound_nodes:
@@ -158,10 +159,17 @@ class Planner:
         attempts = [ordered]
         if len(ordered) > needed:
             attempts.append(ordered[:needed])
+        slices = self.level(spec.slice_topology)
         result: Placement | NoFit = NoFit("no members to place")
         for group in attempts:
             members = [Member(m.uid, m.requests) for m in group]
-            result = place_gang(nodes, members, self.level_names, required, preferred)
+            if slices is not None and spec.slice_size and not bound_nodes:
+                # Slices shape a placement from scratch; replacements for lost members of a running
+                # gang are placed inside its required domain only (their slices are not tracked).
+                result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
+                                      spec.slice_size)
+            else:
+                result = place_gang(nodes, members, self.level_names, required, preferred)
             if isinstance(result, Placement):
                 break
         return result

@@ -4,6 +4,7 @@ cluster/declarations.py), through the cache as the informer feeds it."""
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -19,7 +20,7 @@ from extender.cluster.conventions import (
 from extender.cluster.object_sources import GANG_OBJECT_KINDS
 from extender.cluster.records import GangHome
 
-from .fixtures import LEVEL_LABELS, World, make_pod, make_podgroup
+from .fixtures import LEVEL_LABELS, World, make_pod, make_podgroup, schedule
 
 KINDS = {kind.name: kind for kind in GANG_OBJECT_KINDS}
 V1ALPHA2 = KINDS["podgroups"].source("scheduling.k8s.io/v1alpha2")
@@ -215,3 +216,24 @@ def test_schedule_timeout_shortens_the_bind_timeout_only() -> None:
     core = world.coordinator.core
     assert core.bind_timeout("ml/short") == 5.0
     assert core.bind_timeout("ml/long") == core.config.gang.bind_timeout_seconds
+
+
+async def test_kueue_slices_shape_the_reservation() -> None:
+    """Racks with 3 free nodes each: a gang of 4 whole-node members packed without slices takes
+    3 + 1; in slices of 2 per rack it takes 2 + 2."""
+    world = World(nodes_per_rack=4)
+    busy = ["b0-r0-n3", "b0-r1-n3"] + [n for n in world.names if n.startswith("b1-")]
+    for i, node in enumerate(busy):
+        world.add(make_pod(f"busy{i}", f"uid-busy{i}", node=node, phase="Running", gpus=8))
+    annotations = {"kueue.x-k8s.io/pod-group-total-count": "4",
+                   "kueue.x-k8s.io/podset-required-topology": "topology.quorum.dev/block",
+                   "kueue.x-k8s.io/podset-slice-required-topology": "topology.quorum.dev/rack",
+                   "kueue.x-k8s.io/podset-slice-size": "2"}
+    names = [f"s{i}" for i in range(4)]
+    for name in names:
+        world.add(pod(name, f"uid-{name}", labels={"kueue.x-k8s.io/pod-group-name": "sliced"},
+                      annotations=annotations, containers=[{"name": "main", "image": "pause", "resources": {
+                          "requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]))
+    nodes = await schedule(world, names)
+    per_rack = sorted(Counter(world.rack_of(node) for node in nodes.values()).values())
+    assert per_rack == [2, 2], nodes
