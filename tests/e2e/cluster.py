@@ -136,6 +136,18 @@ class Kube:
     def create_pod(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         self.core.create_namespaced_pod(namespace, dict(manifest), _request_timeout=30)  # type: ignore[arg-type]
 
+    def create_pod_unchecked(self, namespace: str, manifest: Mapping[str, Any]) -> None:
+        """Create a pod with fields this client's models do not know (``spec.workloadRef`` of 1.35):
+        the body goes to the apiserver as it is, which is the one to judge it."""
+        method, url, headers, body, _ = self.api.param_serialize(
+            "POST", "/api/v1/namespaces/{namespace}/pods", path_params={"namespace": namespace},
+            header_params={"Content-Type": "application/json", "Accept": "application/json"},
+            body=dict(manifest), auth_settings=["BearerToken"])
+        response = self.api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+        if not 200 <= response.status < 300:
+            raise RuntimeError(f"creating pod {manifest['metadata']['name']}: HTTP {response.status} "
+                               f"{response.read()[:300]!r}")
+
     def create_job(self, namespace: str, manifest: Mapping[str, Any]) -> None:
         self.batch.create_namespaced_job(namespace, dict(manifest), _request_timeout=30)  # type: ignore[arg-type]
 
