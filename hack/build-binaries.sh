@@ -15,7 +15,7 @@
 #   --force         rebuild even if the binaries exist
 #   --update-tools  regenerate hack/tools/go.mod and go.sum for K8S_VERSION
 # Environment:
-#   K8S_VERSION   Kubernetes release to build (default v1.37.1)
+#   K8S_VERSION   Kubernetes release to build (default: hack/lib/versions.sh)
 #   KWOK_VERSION  kwok release to build (default v0.8.0)
 #   QUORUM_CACHE  cache root (default <repo>/.cache)
 set -euo pipefail

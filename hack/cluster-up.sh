@@ -16,8 +16,14 @@
 #   --blocks N --racks N --nodes N   topology: blocks, racks per block, nodes per rack
 #   --cpu Q --memory Q --gpus N --pods N   allocatable of every node
 #   --no-quorum                      do not start Quorum (same as QUORUM_EXTERNAL=1)
+#   --manifests DIR                  apply every DIR/*.yaml once the apiserver is ready, before
+#                                    Quorum starts (same as EXTRA_MANIFESTS=DIR); files that
+#                                    define CustomResourceDefinitions go first and are waited on
+#                                    until Established, so objects of those kinds may sit in the
+#                                    other files (not in the same file as their CRD)
 # Environment (defaults in brackets):
-#   K8S_VERSION [v1.37.1]  binaries from .cache/bin/<version> (built if missing)
+#   K8S_VERSION [see hack/lib/versions.sh]  binaries from .cache/bin/<version> (built if
+#                        missing); 1.35 or newer (the first with a Workload API)
 #   NODE_BLOCKS [2] NODE_RACKS_PER_BLOCK [4] NODE_NODES_PER_RACK [4]
 #   NODE_CPU [64] NODE_MEMORY [512Gi] NODE_GPUS [8] NODE_PODS [110]
 #   QUORUM_EXTERNAL [0]  1 = run Quorum yourself; the scheduler still calls
@@ -28,8 +34,9 @@
 #   CONTROLLER_MANAGER_PORT [17257] SCHEDULER_PORT [17259] QUORUM_PORT [8888]
 #   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (space separated)
 #   READY_TIMEOUT [120]  seconds to wait for each component
-#   WORKLOAD_API [scheduling.k8s.io/v1beta1]  Workload API version to serve
-#                        (scheduling.k8s.io/v1alpha2 on 1.36)
+#   WORKLOAD_API         Workload API version to serve [from K8S_VERSION:
+#                        scheduling.k8s.io/v1alpha1 on 1.35, v1alpha2 on 1.36, v1beta1 on 1.37+]
+#   EXTRA_MANIFESTS      directory of manifests to apply (see --manifests) [none]
 set -euo pipefail
 
 # shellcheck source=hack/lib/cluster-common.sh
@@ -37,15 +44,38 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
-# Without TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
-# schedulingConstraints (its required topology); the gate exists from 1.36 on.
-APISERVER_GATES="GenericWorkload=true"
-case "$K8S_VERSION" in
-  v1.35.*) ;;
-  *) APISERVER_GATES+=",TopologyAwareWorkloadScheduling=true" ;;
-esac
+EXTRA_MANIFESTS="${EXTRA_MANIFESTS:-}"
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
-WORKLOAD_API="${WORKLOAD_API:-scheduling.k8s.io/v1beta1}"
+
+# --- what each Kubernetes minor serves and needs ---------------------------------
+# The apiserver (and the controller-manager) get the Workload API; the scheduler keeps its own
+# gang handling off, so that only Quorum gates gang members:
+#   1.35  scheduling.k8s.io/v1alpha1 (Workload.spec.podGroups, pod spec.workloadRef);
+#         the scheduler's gang plugin is behind its own gate, GangScheduling.
+#   1.36  scheduling.k8s.io/v1alpha2 (Workload templates, standalone PodGroup, pod
+#         spec.schedulingGroup); still a separate GangScheduling gate. Without
+#         TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
+#         schedulingConstraints (its required topology).
+#   1.37+ scheduling.k8s.io/v1beta1; GangScheduling was folded into GenericWorkload (and no
+#         longer exists: naming it is an error).
+[[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "K8S_VERSION must look like v1.<minor>.<patch>, got '$K8S_VERSION'"
+K8S_MINOR="${BASH_REMATCH[1]}"
+case "$K8S_MINOR" in
+  35)
+    default_workload_api=scheduling.k8s.io/v1alpha1
+    APISERVER_GATES="GenericWorkload=true"
+    SCHEDULER_GATES="GenericWorkload=false,GangScheduling=false" ;;
+  36)
+    default_workload_api=scheduling.k8s.io/v1alpha2
+    APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    SCHEDULER_GATES="GenericWorkload=false,GangScheduling=false" ;;
+  *)
+    ((K8S_MINOR >= 37)) || die "Kubernetes $K8S_VERSION has no Workload API; use 1.35 or newer"
+    default_workload_api=scheduling.k8s.io/v1beta1
+    APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    SCHEDULER_GATES="GenericWorkload=false" ;;
+esac
+WORKLOAD_API="${WORKLOAD_API:-$default_workload_api}"
 export NODE_BLOCKS="${NODE_BLOCKS:-2}" NODE_RACKS_PER_BLOCK="${NODE_RACKS_PER_BLOCK:-4}"
 export NODE_NODES_PER_RACK="${NODE_NODES_PER_RACK:-4}" NODE_CPU="${NODE_CPU:-64}"
 export NODE_MEMORY="${NODE_MEMORY:-512Gi}" NODE_GPUS="${NODE_GPUS:-8}" NODE_PODS="${NODE_PODS:-110}"
@@ -60,6 +90,7 @@ while (($#)); do
     --gpus) NODE_GPUS="$2"; shift 2 ;;
     --pods) NODE_PODS="$2"; shift 2 ;;
     --no-quorum) QUORUM_EXTERNAL=1; shift ;;
+    --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
@@ -72,6 +103,10 @@ fi
 for tool in curl openssl; do
   command -v "$tool" >/dev/null || die "$tool is required"
 done
+if [[ -n "$EXTRA_MANIFESTS" ]]; then
+  [[ -d "$EXTRA_MANIFESTS" ]] || die "--manifests / EXTRA_MANIFESTS: '$EXTRA_MANIFESTS' is not a directory"
+  EXTRA_MANIFESTS="$(cd "$EXTRA_MANIFESTS" && pwd)"
+fi
 
 started=$SECONDS
 KUBECTL="$BIN_DIR/kubectl"
@@ -200,7 +235,51 @@ wait_for() {
 }
 
 https_ok() { curl -sfk --max-time 3 "https://127.0.0.1:$1$2"; }
-kubectl_admin() { "$KUBECTL" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
+# A discovery cache of its own: the one in ~/.kube may describe a cluster of another version
+# that listened on the same port.
+kubectl_admin() { "$KUBECTL" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$CLUSTER_DIR/kubectl-cache" "$@"; }
+
+# apply_manifests DIR applies DIR/*.yaml: first the files that define CustomResourceDefinitions,
+# waiting until every CRD among them is Established, then the others (in name order each time).
+apply_manifests() {
+  local dir="$1" f out name attempt
+  local files=() crd_files=() other_files=() crds=() args=()
+  shopt -s nullglob
+  files=("$dir"/*.yaml)
+  shopt -u nullglob
+  ((${#files[@]})) || die "no *.yaml files in $dir"
+  for f in "${files[@]}"; do
+    if grep -Eq '^kind:[[:space:]]*CustomResourceDefinition[[:space:]]*$' "$f"; then
+      crd_files+=("$f")
+    else
+      other_files+=("$f")
+    fi
+  done
+  if ((${#crd_files[@]})); then
+    args=()
+    for f in "${crd_files[@]}"; do args+=(-f "$f"); done
+    out="$(kubectl_admin apply "${args[@]}" -o name)" || die "could not apply the CRD files of $dir"
+    for name in $out; do
+      if [[ "$name" == customresourcedefinition.* ]]; then crds+=("$name"); fi
+    done
+    if ((${#crds[@]})); then
+      kubectl_admin wait --for condition=Established --timeout "${READY_TIMEOUT}s" "${crds[@]}" >/dev/null \
+        || die "CRDs from $dir were not Established within ${READY_TIMEOUT}s: ${crds[*]#*/}"
+      log "CRDs Established: ${crds[*]#*/}"
+    fi
+  fi
+  if ((${#other_files[@]})); then
+    args=()
+    for f in "${other_files[@]}"; do args+=(-f "$f"); done
+    # Right after a CRD is Established its kind can take a moment to be served.
+    for attempt in 1 2 3 4 5 6 7 8 9 10; do
+      if out="$(kubectl_admin apply "${args[@]}" 2>&1)"; then break; fi
+      ((attempt < 10)) || die "could not apply the manifests of $dir: $out"
+      sleep 1
+    done
+  fi
+  log "applied ${#files[@]} manifest file(s) from ${dir#"$ROOT"/}"
+}
 
 # --- etcd -----------------------------------------------------------------------
 log "starting etcd on 127.0.0.1:$ETCD_PORT"
@@ -263,6 +342,11 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
 wait_for kube-apiserver "ready (/readyz)" \
   curl -sf --max-time 3 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" "$APISERVER_URL/readyz"
 
+# --- extra manifests (CRDs and objects the scheduler or Quorum should find at start) ----
+if [[ -n "$EXTRA_MANIFESTS" ]]; then
+  apply_manifests "$EXTRA_MANIFESTS"
+fi
+
 # --- kube-controller-manager ----------------------------------------------------
 log "starting kube-controller-manager on 127.0.0.1:$CONTROLLER_MANAGER_PORT"
 start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
@@ -303,7 +387,7 @@ start kube-scheduler "$BIN_DIR/kube-scheduler" \
   --bind-address 127.0.0.1 \
   --secure-port "$SCHEDULER_PORT" \
   --cert-dir "$CLUSTER_DIR/scheduler-certs" \
-  --feature-gates GenericWorkload=false \
+  --feature-gates "$SCHEDULER_GATES" \
   --profiling=false \
   ${SCHEDULER_EXTRA_ARGS:-}
 
@@ -370,7 +454,7 @@ export QUORUM_URL="http://127.0.0.1:$QUORUM_PORT"
 export QUORUM_LOCAL_KUBECONFIG="$QUORUM_KUBECONFIG_FILE"
 EOF
 
-log "cluster is up in $((SECONDS - started))s (Kubernetes $K8S_VERSION, $node_count kwok nodes)"
+log "cluster is up in $((SECONDS - started))s (Kubernetes $K8S_VERSION, $WORKLOAD_API, $node_count kwok nodes)"
 if [[ "$QUORUM_EXTERNAL" == 1 ]]; then
   log "Quorum was not started (QUORUM_EXTERNAL=1); run it with:"
   log "  python -m extender --config scheduler-config/quorum.yaml --kubeconfig $QUORUM_KUBECONFIG_FILE --port $QUORUM_PORT"

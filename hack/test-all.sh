@@ -5,8 +5,14 @@
 #   3. the end-to-end suite against a local cluster (real etcd, kube-apiserver,
 #      kube-controller-manager, kube-scheduler and kwok nodes) whose scheduler
 #      calls Quorum, and the install checks of the Helm chart and the kustomize
-#      manifests against it. The cluster is stopped afterwards.
-# Set E2E=0 to skip step 3 (for a quick local run; CI always runs it).
+#      manifests against it, on the default Kubernetes version (K8S_VERSION),
+#   4. the API-version suite (tests marked api_suite) on every other version of
+#      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own.
+# Every cluster is started with the CRDs of tests/e2e/crds and stopped afterwards.
+# A failing or empty (pytest exit code 5) test run fails the script, with the exit
+# code of the first one that failed; the other versions still run, and a summary
+# line per version (build and test wall time) closes the output.
+# Set E2E=0 to skip steps 3 and 4 (for a quick local run; CI always runs them).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -30,15 +36,66 @@ if [[ "${E2E:-1}" == "0" ]]; then
   exit 0
 fi
 
-step "building (or reusing) the Kubernetes binaries and helm"
-bash hack/build-binaries.sh
+# shellcheck source=hack/lib/versions.sh
+source hack/lib/versions.sh
+read -ra versions <<<"$K8S_VERSIONS"
+
+step "building (or reusing) helm"
 QUORUM_HELM="$(bash hack/build-helm.sh)"   # the install tests lint and render charts/quorum with it
 export QUORUM_HELM
 
-step "starting the local cluster"
 trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT
-# The end-to-end configuration shortens the requeue backoff so lifecycle scenarios run in seconds.
-QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" bash hack/cluster-up.sh
+summary=()
+first_rc=0
 
-step "end-to-end tests"
-KUBECONFIG="$ROOT/.cache/cluster/kubeconfig" .venv/bin/python -m pytest -m e2e tests/e2e -q -rA
+# e2e_on VERSION TITLE MARKER builds (or reuses) VERSION's binaries, starts the local cluster on
+# it, runs the end-to-end tests selected by MARKER, stops the cluster and adds a summary line.
+# Returns the exit code of the first step that failed (pytest's own code when the tests did).
+e2e_on() {
+  local version="$1" title="$2" marker="$3" rc=0 t build_s test_s="-" stage=build result
+  step "$title on Kubernetes $version: building (or reusing) the binaries"
+  t=$SECONDS
+  K8S_VERSION="$version" bash hack/build-binaries.sh || rc=$?
+  build_s=$((SECONDS - t))
+  if ((rc == 0)); then
+    t=$SECONDS
+    stage=cluster-up
+    step "$title on Kubernetes $version: starting the local cluster"
+    # The end-to-end configuration shortens the requeue backoff so lifecycle scenarios run in seconds.
+    if K8S_VERSION="$version" QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" \
+        bash hack/cluster-up.sh --manifests tests/e2e/crds; then
+      stage=pytest
+      step "$title on Kubernetes $version: pytest -m \"$marker\""
+      K8S_VERSION="$version" KUBECONFIG="$ROOT/.cache/cluster/kubeconfig" \
+        .venv/bin/python -m pytest -m "$marker" tests/e2e -q -rA || rc=$?
+    else
+      rc=$?
+    fi
+    K8S_VERSION="$version" bash hack/cluster-down.sh >/dev/null 2>&1 || true
+    test_s=$((SECONDS - t))
+  fi
+  if ((rc == 0)); then
+    result=passed
+  elif [[ "$stage" == pytest && "$rc" == 5 ]]; then
+    result="FAILED: pytest collected no tests (exit code 5)"
+  else
+    result="FAILED in $stage (exit code $rc)"
+  fi
+  summary+=("$(printf '%-8s %-18s build %5ss  cluster+tests %5ss  %s' \
+    "$version" "$title" "$build_s" "$test_s" "$result")")
+  return "$rc"
+}
+
+rc=0
+e2e_on "$K8S_VERSION" "end-to-end suite" e2e || rc=$?
+((first_rc != 0)) || first_rc=$rc
+for version in "${versions[@]}"; do
+  [[ "$version" != "$K8S_VERSION" ]] || continue
+  rc=0
+  e2e_on "$version" "API-version suite" "e2e and api_suite" || rc=$?
+  ((first_rc != 0)) || first_rc=$rc
+done
+
+step "summary"
+printf '%s\n' "${summary[@]}"
+exit "$first_rc"

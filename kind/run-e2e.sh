@@ -8,7 +8,7 @@
 # hack/gen-nodes.sh, deploys manifests/ (via kind/kustomization.yaml) and runs
 # `pytest -m e2e tests/e2e`. The cluster is kept; delete it with
 #   kind delete cluster --name quorum-e2e
-# Environment: KIND_CLUSTER_NAME [quorum-e2e], KIND_NODE_IMAGE [kindest/node:v1.37.1],
+# Environment: KIND_CLUSTER_NAME [quorum-e2e], KIND_NODE_IMAGE [kindest/node:$K8S_VERSION],
 #   KWOK_VERSION [v0.8.0], PYTHON [python3], NODE_* as in hack/gen-nodes.sh.
 set -euo pipefail
 
