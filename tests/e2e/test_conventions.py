@@ -65,7 +65,7 @@ def kueue_member(sc: Scenario, gang: str, index: int, size: int, gpus: int,
 
 def test_kueue_gang_requiring_a_block_and_preferring_a_rack(scenario: Scenario) -> None:
     """Kueue #9361's case: the tighter block b0 has no rack with room for the gang, b1 has one; the
-    gang lands whole in that rack (and inside one block whatever happens)."""
+    gang lands whole in that rack. Then a gang no block can hold waits, though the cluster could."""
     sc, topo = scenario, scenario.topo
     blocks = list(topo.blocks)
     gpn = topo.gpus_per_node
@@ -84,6 +84,12 @@ def test_kueue_gang_requiring_a_block_and_preferring_a_rack(scenario: Scenario) 
     racks, used_blocks = sc.racks_and_blocks(placement)
     assert racks == {topo.blocks[blocks[1]][0]}, f"the gang must fill the free rack of b1: {placement}"
     assert len(used_blocks) == 1
+    # Now no block has 9 free nodes (8 and 6), though the cluster has 14: the requirement holds.
+    wide = [kueue_member(sc, "wide", i, 9, gpn, podset_required_topology=settings.block_label,
+                         podset_preferred_topology=settings.rack_label) for i in range(9)]
+    sc.assert_unbound_for(sc.create(wide), 8, what="a gang larger than any block's free nodes")
+    reasons = [m for m in sc.scheduling_messages() if f"gang {sc.ns}/wide" in m]
+    assert reasons and "best block fits" in reasons[-1], reasons[-1:]
     sc.finish()
 
 
