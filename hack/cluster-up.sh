@@ -222,10 +222,18 @@ fail() {
 
 # wait_for NAME DESCRIPTION COMMAND... retries COMMAND until it succeeds, the
 # component's process exits, or READY_TIMEOUT passes.
+# running NAME: the process just started for NAME still exists. Not pid_of: right after the fork
+# the child is still this script (not yet the component), so its command line does not match.
+running() {
+  local pid
+  pid="$(<"$PID_DIR/$1.pid")" || return 1
+  kill -0 "$pid" 2>/dev/null
+}
+
 wait_for() {
   local name="$1" what="$2" deadline=$((SECONDS + READY_TIMEOUT)); shift 2
   until "$@" >/dev/null 2>&1; do
-    if [[ -f "$PID_DIR/$name.pid" ]] && ! pid_of "$name" >/dev/null; then
+    if [[ -f "$PID_DIR/$name.pid" ]] && ! running "$name"; then
       fail "$name" "process exited before $what"
     fi
     ((SECONDS < deadline)) || fail "$name" "no $what within ${READY_TIMEOUT}s"
