@@ -86,6 +86,8 @@ def check_containers(spec: dict[str, Any], key: str) -> None:
 def check_spec(spec: dict[str, Any]) -> None:
     group = object_or_null(spec.get("schedulingGroup"), "Pod.spec.schedulingGroup")
     strings(group, ("podGroupName",), "Pod.spec.schedulingGroup")
+    ref = object_or_null(spec.get("workloadRef"), "Pod.spec.workloadRef")  # 1.35
+    strings(ref, ("name", "podGroup", "podGroupReplicaKey"), "Pod.spec.workloadRef")
     priority = spec.get("priority")
     if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
         raise WireError("Pod.spec.priority: must be an integer")

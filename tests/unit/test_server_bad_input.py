@@ -66,6 +66,10 @@ BAD_REQUESTS: dict[str, tuple[str, bytes]] = {
         "/filter", _doc_with(["Pod", "metadata", "annotations"], "quorum.dev/gang=g", _FILTER_BASE)),
     "filter schedulingGroup a string": (
         "/filter", _doc_with(["Pod", "spec", "schedulingGroup"], "train-a", _FILTER_BASE)),
+    "filter workloadRef a string": (
+        "/filter", _doc_with(["Pod", "spec", "workloadRef"], "train/workers", _FILTER_BASE)),
+    "filter workloadRef name a number": (
+        "/filter", _doc_with(["Pod", "spec", "workloadRef"], {"name": 7, "podGroup": "w"}, _FILTER_BASE)),
     "prioritize pod annotations a list": (
         "/prioritize", _doc_with(["Pod", "metadata", "annotations"], ["x"], _FILTER_BASE)),
     "preempt pdb violations a word": (
