@@ -37,7 +37,14 @@ QUANTITIES: list[Any] = [
 ANNOTATION_VALUES = ["", "1", "2", "0", "-1", "3", "1000000", "9" * 5000, "1_000", "٣", " 2 ", "two",
                      "rack", "block", "host", "topology.quorum.dev/rack", "nowhere", "train-a", "sweep"]
 QUORUM_ANNOTATIONS = ["quorum.dev/gang", "quorum.dev/min-count", "quorum.dev/required-topology",
-                      "quorum.dev/preferred-topology"]
+                      "quorum.dev/preferred-topology",
+                      # Every other convention Quorum reads from a pod (cluster/conventions.py).
+                      "scheduling.k8s.io/group-name", "gang.scheduling.koordinator.sh/name",
+                      "gang.scheduling.koordinator.sh/min-available", "kueue.x-k8s.io/pod-group-total-count",
+                      "kueue.x-k8s.io/podset-required-topology", "kueue.x-k8s.io/podset-preferred-topology",
+                      "kueue.x-k8s.io/podset-unconstrained-topology",
+                      "kueue.x-k8s.io/podset-slice-required-topology", "kueue.x-k8s.io/podset-slice-size"]
+CONVENTION_LABELS = ["scheduling.x-k8s.io/pod-group", "kueue.x-k8s.io/pod-group-name"]
 DEPTHS = [2, 64, 254, 255, 256, 300, 1000, 1023, 1024, 1025, 5000]
 _DEEP = re.compile(rb'"\\u0000deep:(\d+):([lo])"')
 _NUMBER = re.compile(rb"(?<=[:\[,])-?\d+(\.\d+)?([eE][+-]?\d+)?")
@@ -124,11 +131,13 @@ class Mutator:
         """A field Quorum reads, set to a hostile value."""
         paths = [
             ("Pod", "metadata"), ("Pod", "spec"), ("Pod", "status"), ("Pod", "spec", "schedulingGroup"),
+            ("Pod", "spec", "workloadRef"),
             ("Pod", "spec", "containers", 0), ("Pod", "spec", "containers", 0, "resources"),
             ("Pod",), ("Nodes",), ("Nodes", "items", 0, "metadata"), ("Nodes", "items", 0), (),
         ]
         keys = ["name", "namespace", "uid", "annotations", "labels", "creationTimestamp",
-                "deletionTimestamp", "podGroupName", "priority", "containers", "initContainers", "overhead",
+                "deletionTimestamp", "podGroupName", "workloadRef", "podGroup", "podGroupReplicaKey",
+                "priority", "containers", "initContainers", "overhead",
                 "nodeName", "schedulerName", "schedulingGates", "resources", "requests", "limits", "phase",
                 "restartPolicy", "metadata", "spec", "status", "items", "Pod", "Nodes", "NodeNames",
                 "PodName", "PodNamespace", "PodUID", "Node", "NodeNameToVictims", "NodeNameToMetaVictims"]
@@ -206,6 +215,17 @@ class Mutator:
             if not isinstance(annotations, dict):
                 annotations = meta["annotations"] = {}
             annotations[self.rng.choice(QUORUM_ANNOTATIONS)] = self.rng.choice(ANNOTATION_VALUES)
+            if self.rng.random() < 0.3:
+                labels = meta.get("labels")
+                if not isinstance(labels, dict):
+                    labels = meta["labels"] = {}
+                labels[self.rng.choice(CONVENTION_LABELS)] = self.rng.choice(ANNOTATION_VALUES)
+        spec = pod.get("spec") if pod else None
+        if isinstance(spec, dict) and self.rng.random() < 0.2:  # a 1.35 member of a v1alpha1 Workload
+            ref = {"name": self.rng.choice(ANNOTATION_VALUES), "podGroup": self.rng.choice(ANNOTATION_VALUES)}
+            if self.rng.random() < 0.5:
+                ref["podGroupReplicaKey"] = self.rng.choice(ANNOTATION_VALUES)
+            spec["workloadRef"] = ref
 
     def _deep(self, doc: Any) -> None:
         spot = self._descend(doc, stop=0.4)
