@@ -12,6 +12,7 @@ import asyncio
 import logging
 import ssl
 import time
+import urllib.request
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -82,6 +83,18 @@ def load_credentials(kubeconfig: str) -> Credentials:
         if configuration.cert_file:
             context.load_cert_chain(configuration.cert_file, configuration.key_file)
     return Credentials(configuration.host.rstrip("/"), context, headers)
+
+
+def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
+    """One GET, blocking: for the start (before anything is served) and the command line only.
+    An answer that is not a JSON object reads as {}; HTTP errors raise ``urllib.error.HTTPError``."""
+    request = urllib.request.Request(f"{creds.host}{path}", headers=creds.headers)
+    kwargs: dict[str, Any] = {"timeout": timeout}
+    if isinstance(creds.ssl_context, ssl.SSLContext):
+        kwargs["context"] = creds.ssl_context
+    with urllib.request.urlopen(request, **kwargs) as resp:
+        doc = orjson.loads(resp.read())
+    return doc if isinstance(doc, dict) else {}
 
 
 class KubeClient:

@@ -7,15 +7,12 @@ cache's node index and every placement, so a change to the object takes a restar
 
 from __future__ import annotations
 
-import json
-import ssl
 import time
 import urllib.error
-import urllib.request
 from typing import Any
 
 from ..config import ConfigError, TopologyLevel
-from .kube import load_credentials
+from .kube import load_credentials, read_json
 
 # Served versions, newest first: the Topology kept its shape across them.
 KUEUE_TOPOLOGY_VERSIONS = ("kueue.x-k8s.io/v1beta2", "kueue.x-k8s.io/v1beta1", "kueue.x-k8s.io/v1alpha1")
@@ -45,8 +42,7 @@ def read_levels(kubeconfig: str, name: str, wait_seconds: float = 30.0) -> tuple
     while True:
         for api_version in KUEUE_TOPOLOGY_VERSIONS:
             try:
-                doc = _get(creds.host, creds.ssl_context, creds.headers,
-                           f"/apis/{api_version}/topologies/{name}")
+                doc = read_json(creds, f"/apis/{api_version}/topologies/{name}", timeout=10)
             except urllib.error.HTTPError as exc:
                 problem = f"{api_version}: HTTP {exc.code}"
                 continue
@@ -57,15 +53,3 @@ def read_levels(kubeconfig: str, name: str, wait_seconds: float = 30.0) -> tuple
         if time.monotonic() >= deadline:
             raise ConfigError(f"topology.kueueTopology: cannot read Topology {name!r} ({problem})")
         time.sleep(1.0)
-
-
-def _get(host: str, context: ssl.SSLContext | bool, headers: dict[str, str], path: str) -> dict[str, Any]:
-    request = urllib.request.Request(f"{host}{path}", headers=headers)
-    kwargs: dict[str, Any] = {"timeout": 10}
-    if isinstance(context, ssl.SSLContext):
-        kwargs["context"] = context
-    with urllib.request.urlopen(request, **kwargs) as resp:
-        doc = json.loads(resp.read())
-    if not isinstance(doc, dict):
-        raise ValueError("not an object")
-    return doc

@@ -9,8 +9,6 @@ declared by annotations have no object of their own; their Events are on their f
 
 from __future__ import annotations
 
-import json
-import ssl
 import urllib.parse
 import urllib.request
 from collections import defaultdict
@@ -19,22 +17,11 @@ from typing import Any
 from ..cluster.object_sources import NATIVE_PODGROUPS
 from ..gang.effects import CONDITION_DEACTIVATED, CONDITION_INITIALLY_SCHEDULED, CONDITION_RECOVERING
 from .events import REPORTING_CONTROLLER
-from .kube import load_credentials
+from .kube import load_credentials, read_json
 
 PODGROUPS = f"/apis/{NATIVE_PODGROUPS.api_version}"  # the fallback reads the 1.37 API only
 CONDITION_PHASES = ((CONDITION_DEACTIVATED, "Deactivated"), (CONDITION_RECOVERING, "Recovering"),
                     (CONDITION_INITIALLY_SCHEDULED, "Scheduled"))
-
-
-def _get(host: str, context: ssl.SSLContext | bool, headers: dict[str, str], path: str,
-         timeout: float) -> dict[str, Any]:
-    request = urllib.request.Request(f"{host}{path}", headers=headers)
-    kwargs: dict[str, Any] = {"timeout": timeout}
-    if isinstance(context, ssl.SSLContext):
-        kwargs["context"] = context
-    with urllib.request.urlopen(request, **kwargs) as resp:
-        doc = json.loads(resp.read())
-    return doc if isinstance(doc, dict) else {}
 
 
 def _scoped(prefix: str, namespace: str | None, resource: str) -> str:
@@ -55,7 +42,7 @@ def document(kubeconfig: str, namespace: str | None, timeout: float) -> dict[str
     creds = load_credentials(kubeconfig)
 
     def get(path: str) -> dict[str, Any]:
-        return _get(creds.host, creds.ssl_context, creds.headers, path, timeout)
+        return read_json(creds, path, timeout)
 
     groups = get(_scoped(PODGROUPS, namespace, "podgroups")).get("items") or []
     pods = get(_scoped("/api/v1", namespace, "pods")).get("items") or []
