@@ -79,9 +79,8 @@ class ClusterCache:
         # Bumped only when free capacity can have changed (nodes, or pods starting/stopping to hold
         # capacity): a gang that did not fit need not be placed again before it moves.
         self.capacity_version = 0
-        # Per kind: listed, and its watch not down (kept by the informer through ``set_synced``).
-        # The informer registers each kind it watches (``set_synced``); objects kinds start listed
-        # as absent until then, so a cache fed by hand (tests, benchmarks) is usable.
+        # Per kind: listed, and its watch not down (kept by the informer through ``set_synced``; it
+        # adds the other kinds of gang object it watches when it starts).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
         self.on_clamped: ClampedHook | None = None
 

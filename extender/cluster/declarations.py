@@ -117,15 +117,21 @@ class Declarations:
 
     # --- members ---------------------------------------------------------------------------
     def put_member(self, key: str, spec: GangSpec | None, topology: MemberTopology | None) -> None:
-        """The declaration and topology one member carries (the latest member's win)."""
+        """The declaration and topology one member carries (the latest member's win). Every event
+        of every member comes here: the resolved spec is recomputed only when something moved."""
+        changed = False
         if spec is not None:
             before = self.from_members.get(key)
             if before is not None:
                 spec = _keep_bookkeeping(spec, before)
-            self.from_members[key] = spec
-        if topology is not None:
+            if spec != before:
+                self.from_members[key] = spec
+                changed = True
+        if topology is not None and topology != self.member_topology.get(key):
             self.member_topology[key] = topology
-        self._resolved.pop(key, None)
+            changed = True
+        if changed:
+            self._resolved.pop(key, None)
 
     def forget_members(self, key: str) -> None:
         """The gang has no members left: what they declared goes with them."""
