@@ -254,8 +254,7 @@ class Scenario:
     def create(self, manifests: Sequence[Mapping[str, Any]], workers: int = 8) -> list[str]:
         names = [m["metadata"]["name"] for m in manifests]
         with ThreadPoolExecutor(max_workers=workers) as pool:
-            list(pool.map(lambda m: self.kube.create_pod(self.ns, m) if "workloadRef" not in m["spec"]
-                          else self.kube.create_pod_unchecked(self.ns, m), manifests))
+            list(pool.map(lambda m: self.kube.create_pod(self.ns, m), manifests))
         return names
 
     def pod(self, name: str, **kwargs: Any) -> dict[str, Any]:
