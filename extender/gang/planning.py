@@ -157,7 +157,7 @@ class Planner:
                 return NoFit(short)
         ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
         attempts = [ordered]
-        if len(ordered) > needed:
+        if 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
             attempts.append(ordered[:needed])
         slices = self.level(spec.slice_topology)
         result: Placement | NoFit = NoFit("no members to place")

@@ -237,3 +237,4 @@ async def test_kueue_slices_shape_the_reservation() -> None:
     nodes = await schedule(world, names)
     per_rack = sorted(Counter(world.rack_of(node) for node in nodes.values()).values())
     assert per_rack == [2, 2], nodes
+

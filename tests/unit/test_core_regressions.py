@@ -12,8 +12,9 @@ import pytest
 from extender.cluster.cache import CACHES_SYNCED, CacheEvent
 from extender.config import GangTimings
 from extender.gang.ledger import CapacityLedger, DoubleReservation
+from extender.topology.placement import NoFit
 
-from .fixtures import World, gang_of, gang_pod, make_node, make_podgroup, typed
+from .fixtures import World, gang_of, gang_pod, make_node, make_pod, make_podgroup, typed
 from .fixtures import gang_pod as pod
 from .test_coordinator import podgroup
 
@@ -242,3 +243,22 @@ async def test_a_bound_gang_whose_min_count_rises_during_an_old_backoff_is_not_i
     assert world.coordinator.phase_of("ml/g") == "Bound"
     world.cache.upsert_podgroup(make_podgroup("g", 3))  # raised again (strict: no illegal move)
     assert world.coordinator.phase_of("ml/g") in ("Pending", "WaitingForMembers")
+
+
+def test_a_gang_already_at_quorum_is_never_planned_as_an_empty_placement() -> None:
+    """minCount lowered to what already runs, no node offered: the plan is a no-fit, not an empty
+    placement the caller would reserve (found by a 1,000-example stateful run: a KeyError in
+    filter, and a Recovering gang turned Reserved)."""
+    world = World()
+    world.cache.upsert_podgroup(make_podgroup("g", 1))
+    members = {}
+    for i in range(3):
+        obj = make_pod(f"g{i}", f"uid-g{i}", group="g", node="b0-r0-n0" if i == 0 else None,
+                       phase="Running" if i == 0 else "Pending", gpus=1)
+        world.add(obj)
+        members[f"uid-g{i}"] = world.cache.pods[f"uid-g{i}"]
+    spec = world.cache.gang_spec("ml/g")
+    assert spec is not None
+    pending = {uid: m for uid, m in members.items() if m.pending}
+    result = world.coordinator.planner.plan(spec, pending, [], ["b0-r0-n0"], "uid-g1")
+    assert isinstance(result, NoFit), result
