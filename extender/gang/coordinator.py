@@ -325,7 +325,8 @@ class Coordinator(CacheReactions):
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = self.cache.pods.get(pod.uid)
         try:
-            return preemption.gang_aware(self.core, self.queue, known or pod, victims)
+            return preemption.gang_aware(self.core, self.queue, known or pod, victims,
+                                         lambda gang: self.retry.note_rejection(self.core.state(gang)))
         finally:
             self._verify("preempt")
 

@@ -13,6 +13,7 @@ For every preemptor, victims that would break a gang running at exactly its quor
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from ..cluster.records import PodRecord
@@ -36,9 +37,14 @@ def veto_gang_breaking(core: Core, victims: Victims) -> Victims:
     return out
 
 
-def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims) -> Victims:
+def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims,
+               ask_again: Callable[[str], None]) -> Victims:
     """The victims worth evicting for ``pod``: for a member of a gang that is not running, only
-    those Quorum's own whole-gang preemption is evicting for its gang (none when it is off)."""
+    those Quorum's own whole-gang preemption is evicting for its gang (none when it is off).
+
+    A refusal that only Quorum's watch can lift (the gang not known or not complete yet) is
+    followed by no cluster event kube-scheduler would retry on, so ``ask_again`` marks the gang
+    for the re-check its next change triggers."""
     kept = veto_gang_breaking(core, victims)
     gang = pod.gang_key
     if gang is None:
@@ -47,6 +53,7 @@ def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims) -
     if spec is None:
         # A gang Quorum does not know yet (its pods or PodGroup not delivered by the watch): it
         # cannot be judged, so nothing is evicted for it; kube-scheduler tries again later.
+        ask_again(gang)
         return _refused(core, gang, "its gang is not known yet")
     if not spec.is_gang or spec.problem or spec.min_count < 1:
         return kept
@@ -57,6 +64,7 @@ def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims) -
     members = core.cache.members(gang)
     alive = sum(1 for m in members if m.pending or runs(m)) + (0 if pod.uid in core.cache.pods else 1)
     if alive < spec.min_count:
+        ask_again(gang)
         return _refused(core, gang, "the gang is not complete")
     state = core.state(gang)
     core.sync(state)

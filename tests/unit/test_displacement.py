@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from extender.gang.retry import RECHECK_DELAY_SECONDS
 from extender.topology.claims import ClaimNode
 from extender.topology.placement import Member
 from extender.topology.victims import Unit, choose_victims
 
-from .fixtures import schedule, typed
-from .test_queue import QueueWorld
+from .fixtures import gang_pod, make_podgroup, schedule, typed
+from .test_queue import RACK_KEY, QueueWorld
 
 GPU = "nvidia.com/gpu"
 HIGH = 100
@@ -121,6 +122,24 @@ async def test_kube_schedulers_proposals_are_kept_only_where_quorums_plan_evicts
     assert kept == {"b0-r0-n0": proposed["b0-r0-n0"]}
     await settle()
     assert sorted(world.actions.evicted) == ["low0", "low1"]  # the whole gang, not just low0
+    world.check()
+
+
+async def test_a_preemption_refused_while_the_gang_is_incomplete_is_retried_once_it_is() -> None:
+    """kube-scheduler may ask to preempt for the last member before Quorum's watch has delivered
+    the others: refused then, and with no cluster event to follow, the members would wait for the
+    scheduler's periodic flush. The gang's completion must wake one member to ask again."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low_gang_fills_rack_and_plain_pods_the_rest(world)
+    podgroup = make_podgroup("high", 2, topology_key=RACK_KEY)
+    podgroup["spec"]["priority"] = HIGH
+    world.cache.upsert_podgroup(podgroup)
+    world.add(gang_pod("high0", podgroup="high", gpus=8))
+    assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposals(world, ["low0"])) == {}
+    assert world.actions.requeued == []
+    world.add(gang_pod("high1", podgroup="high", gpus=8))  # the rest of the gang arrives
+    await asyncio.sleep(RECHECK_DELAY_SECONDS + 0.05)
+    assert world.actions.requeued[:1] == ["high0"], world.actions.requeues
     world.check()
 
 
