@@ -33,7 +33,8 @@
 #   ETCD_PORT [12379] ETCD_PEER_PORT [12380] APISERVER_PORT [16443]
 #   CONTROLLER_MANAGER_PORT [17257] SCHEDULER_PORT [17259] QUORUM_PORT [8888]
 #   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (space separated)
-#   READY_TIMEOUT [120]  seconds to wait for each component
+#   READY_TIMEOUT [120]  seconds to wait for each component (plus 0.1 s a node for the nodes)
+#   KWOK_LOG_LEVEL [WARN]  kwok's log level (INFO logs every heartbeat)
 #   WORKLOAD_API         Workload API version to serve [from K8S_VERSION:
 #                        scheduling.k8s.io/v1alpha1 on 1.35, v1alpha2 on 1.36, v1beta1 on 1.37+]
 #   EXTRA_MANIFESTS      directory of manifests to apply (see --manifests) [none]
@@ -242,6 +243,14 @@ wait_for() {
   log "$name: $what"
 }
 
+# all_nodes_ready N succeeds once N kwok nodes report Ready=True.
+all_nodes_ready() {
+  local ready
+  ready="$(kubectl_admin get nodes -l type=kwok --request-timeout=20s \
+    -o jsonpath='{range .items[*]}{range .status.conditions[?(@.type=="Ready")]}{.status}{"\n"}{end}{end}' \
+    | grep -c '^True$')" || return 1
+  ((ready >= $1))
+}
 https_ok() { curl -sfk --max-time 3 "https://127.0.0.1:$1$2"; }
 # A discovery cache of its own: the one in ~/.kube may describe a cluster of another version
 # that listened on the same port.
@@ -400,6 +409,12 @@ start kube-scheduler "$BIN_DIR/kube-scheduler" \
   ${SCHEDULER_EXTRA_ARGS:-}
 
 # --- kwok and nodes -------------------------------------------------------------
+# kwok works through nodes a few at a time; a thousand nodes need more workers to turn Ready
+# within the wait below (measured on 2 cores: 1,000 nodes took over 120 s with 4).
+node_count=$((NODE_BLOCKS * NODE_RACKS_PER_BLOCK * NODE_NODES_PER_RACK))
+kwok_parallelism=$((node_count / 50))
+((kwok_parallelism >= 4)) || kwok_parallelism=4
+((kwok_parallelism <= 32)) || kwok_parallelism=32
 cat >"$CLUSTER_DIR/kwok.yaml" <<EOF
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
@@ -409,18 +424,19 @@ options:
   cidr: 10.64.0.0/12
   nodeIP: 10.63.0.1
   nodeLeaseDurationSeconds: 40
-  nodeLeaseParallelism: 4
-  nodePlayStageParallelism: 4
-  podPlayStageParallelism: 4
+  nodeLeaseParallelism: $kwok_parallelism
+  nodePlayStageParallelism: $kwok_parallelism
+  podPlayStageParallelism: $kwok_parallelism
   podsOnNodeSyncParallelism: 4
 EOF
 log "starting kwok"
+# At INFO kwok logs every node heartbeat and lease renewal: megabytes a minute at 1,000 nodes.
 start kwok "$BIN_DIR/kwok" \
+  --v "${KWOK_LOG_LEVEL:-WARN}" \
   --kubeconfig "$CLUSTER_DIR/kwok.kubeconfig" \
   --config "$CLUSTER_DIR/kwok.yaml" \
   --config "$ROOT/hack/kwok/stages.yaml"
 
-node_count=$((NODE_BLOCKS * NODE_RACKS_PER_BLOCK * NODE_NODES_PER_RACK))
 log "creating $node_count nodes ($NODE_BLOCKS blocks x $NODE_RACKS_PER_BLOCK racks x $NODE_NODES_PER_RACK nodes; cpu $NODE_CPU, memory $NODE_MEMORY, nvidia.com/gpu $NODE_GPUS, pods $NODE_PODS)"
 "$ROOT/hack/gen-nodes.sh" >"$CLUSTER_DIR/nodes.yaml"
 kubectl_admin apply -f "$CLUSTER_DIR/nodes.yaml" >/dev/null
@@ -449,8 +465,10 @@ fi
 # --- health ---------------------------------------------------------------------------
 wait_for kube-controller-manager "healthy (/healthz)" https_ok "$CONTROLLER_MANAGER_PORT" /healthz
 wait_for kube-scheduler "healthy (/healthz)" https_ok "$SCHEDULER_PORT" /healthz
-wait_for kwok "all $node_count nodes Ready" \
-  kubectl_admin wait --for=condition=Ready nodes -l type=kwok --timeout=5s
+# One list per poll (not one wait per node), and more time for more nodes: about 0.1 s a node
+# on 2 cores while everything else is starting too.
+READY_TIMEOUT=$((READY_TIMEOUT + node_count / 10)) wait_for kwok "all $node_count nodes Ready" \
+  all_nodes_ready "$node_count"
 if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
   wait_for quorum "ready (/readyz)" curl -sf --max-time 3 "http://127.0.0.1:$QUORUM_PORT/readyz"
 fi
