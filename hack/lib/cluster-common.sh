@@ -21,7 +21,8 @@ SCHEDULER_PORT="${SCHEDULER_PORT:-17259}"
 QUORUM_PORT="${QUORUM_PORT:-8888}"
 
 # Components in start order; stopped in reverse.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok quorum)
+# native-scheduler: the second kube-scheduler bench/cluster_bench.py starts, if it is still running.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler kwok quorum)
 
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

@@ -1,0 +1,209 @@
+"""The processes under test: the native kube-scheduler the benchmark starts beside Quorum's, CPU
+and memory of every component from /proc, and the metrics that say where the time went."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import ssl
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import orjson
+from cb_kube import CLUSTER_DIR
+
+NATIVE_PORT = 17260
+NATIVE_NAME = "native-scheduler"  # also in hack/lib/cluster-common.sh, so cluster-down stops it
+COMPONENTS = ("quorum", "kube-scheduler", NATIVE_NAME, "kube-apiserver", "etcd", "kube-controller-manager",
+              "kwok")
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+NATIVE_CONFIG = """\
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: "{kubeconfig}"
+  qps: 500
+  burst: 1000
+leaderElection:
+  leaderElect: false
+percentageOfNodesToScore: {percentage}
+profiles:
+- schedulerName: native
+"""
+
+
+def pid_of(name: str) -> int | None:
+    try:
+        pid = int((CLUSTER_DIR / "pids" / f"{name}.pid").read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process and its reaped children, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(fields[i]) for i in (11, 12, 13, 14)) / _TICKS
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def cpu_by_component() -> dict[str, float]:
+    out = {}
+    for name in COMPONENTS:
+        pid = pid_of(name)
+        if pid is not None:
+            out[name] = cpu_seconds(pid)
+    return out
+
+
+@dataclass
+class NativeScheduler:
+    """A second kube-scheduler from the same binary: profile ``native``, gang scheduling on."""
+
+    binary: Path
+    gates: str
+    percentage: int = 100
+
+    def start(self) -> None:
+        if pid_of(NATIVE_NAME) is not None:
+            self.stop()
+        config = CLUSTER_DIR / "native-scheduler.yaml"
+        kubeconfig = CLUSTER_DIR / "scheduler.kubeconfig"
+        config.write_text(NATIVE_CONFIG.format(kubeconfig=kubeconfig, percentage=self.percentage))
+        log = open(CLUSTER_DIR / "logs" / f"{NATIVE_NAME}.log", "ab")
+        proc = subprocess.Popen(
+            [str(self.binary), "--config", str(config), "--feature-gates", self.gates,
+             "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
+             "--bind-address", "127.0.0.1", "--secure-port", str(NATIVE_PORT),
+             "--cert-dir", str(CLUSTER_DIR / "native-scheduler-certs"), "--profiling=false"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (CLUSTER_DIR / "pids" / f"{NATIVE_NAME}.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 60
+        while _scheduler_metrics(NATIVE_PORT) is None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the native kube-scheduler did not start; see {log.name}")
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        pid = pid_of(NATIVE_NAME)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(100):
+            try:
+                os.kill(pid, 0)
+            except OSError:
+                break
+            time.sleep(0.1)
+        (CLUSTER_DIR / "pids" / f"{NATIVE_NAME}.pid").unlink(missing_ok=True)
+
+
+def _scheduler_metrics(port: int) -> str | None:
+    pki = CLUSTER_DIR / "pki"
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
+    context.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+    try:
+        with urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=context, timeout=10) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
+
+
+def _quorum_metrics() -> str | None:
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:8888/metrics", timeout=10) as r:
+            return str(r.read().decode())
+    except OSError:
+        return None
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? ([0-9.eE+-]+|NaN)$")
+
+
+def _sum_series(text: str | None, wanted: dict[str, str]) -> dict[str, float]:
+    """Sum each wanted series over its labels, keyed by the short name given for it; a label
+    filter may follow the metric name, as in ``name{result="scheduled"}`` (substring match)."""
+    out = dict.fromkeys(wanted, 0.0)
+    for line in (text or "").splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        name, labels, value = match.group(1), match.group(2) or "", match.group(3)
+        for short, spec in wanted.items():
+            metric, _, filt = spec.partition("{")
+            if name == metric and (not filt or filt.rstrip("}") in labels):
+                out[short] += float(value)
+    return out
+
+
+QUORUM_SERIES = {
+    "filter_calls": 'quorum_request_duration_seconds_count{verb="filter"',
+    "filter_seconds": 'quorum_request_duration_seconds_sum{verb="filter"',
+    "prioritize_calls": 'quorum_request_duration_seconds_count{verb="prioritize"',
+    "prioritize_seconds": 'quorum_request_duration_seconds_sum{verb="prioritize"',
+    "bind_calls": 'quorum_request_duration_seconds_count{verb="bind"',
+    "bind_seconds": 'quorum_request_duration_seconds_sum{verb="bind"',
+    "placements": "quorum_placements_total",
+}
+SCHEDULER_SERIES = {
+    "attempts": "scheduler_schedule_attempts_total",
+    "attempts_unschedulable": 'scheduler_schedule_attempts_total{result="unschedulable"',
+    "attempt_seconds": "scheduler_scheduling_attempt_duration_seconds_sum",
+}
+
+
+def metrics_snapshot() -> dict[str, dict[str, float]]:
+    """Counters of Quorum and both schedulers, to subtract one snapshot from the next."""
+    return {"quorum": _sum_series(_quorum_metrics(), QUORUM_SERIES),
+            "kube-scheduler": _sum_series(_scheduler_metrics(17259), SCHEDULER_SERIES),
+            NATIVE_NAME: _sum_series(_scheduler_metrics(NATIVE_PORT), SCHEDULER_SERIES)}
+
+
+def audit_offset() -> int:
+    path = CLUSTER_DIR / "logs" / "audit.log"
+    return path.stat().st_size if path.exists() else 0
+
+
+QUORUM_USER = "system:serviceaccount:quorum-system:quorum"
+
+
+def _epoch(stamp: str) -> float:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def audit_since(offset: int, namespace: str) -> tuple[dict[str, int], dict[str, float]]:
+    """From ``offset`` of the apiserver's audit log (hack/cluster-up.sh audits Quorum's requests
+    and every binding): Quorum's writes by verb and resource (what it really sent, not what it
+    meant to), and when the apiserver completed each binding of a pod of ``namespace``."""
+    path = CLUSTER_DIR / "logs" / "audit.log"
+    writes: dict[str, int] = {}
+    binds: dict[str, float] = {}
+    with open(path, "rb") as f:
+        f.seek(offset if path.stat().st_size >= offset else 0)  # rotated: read the new file
+        for line in f:
+            event = orjson.loads(line)
+            ref = event.get("objectRef") or {}
+            if ref.get("subresource") == "binding" and ref.get("namespace") == namespace \
+                    and event.get("responseStatus", {}).get("code") in (200, 201):
+                binds[ref.get("name", "")] = _epoch(event["stageTimestamp"])
+            if event.get("user", {}).get("username") != QUORUM_USER or event.get("verb") in ("get", "list",
+                                                                                                "watch"):
+                continue
+            sub = ref.get("subresource")
+            key = f"{event.get('verb')} {ref.get('resource', '?')}" + (f"/{sub}" if sub else "")
+            writes[key] = writes.get(key, 0) + 1
+    return writes, binds

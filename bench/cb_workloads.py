@@ -1,0 +1,105 @@
+"""What the cluster benchmark schedules: the workloads W1..W5 and the objects of one run.
+
+Both systems get the very same objects (native v1beta1 PodGroups, pods naming them through
+``spec.schedulingGroup``); only ``spec.schedulerName`` differs. Pods are created behind a
+scheduling gate and released together, so scheduling is timed from the moment every pod exists,
+apart from how fast the benchmark can create them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+HOLD_GATE = "bench.quorum.dev/hold"
+RUN_LABEL = "bench.quorum.dev/run"
+GANG_LABEL = "bench.quorum.dev/gang"
+RACK_KEY = "topology.quorum.dev/rack"
+PODGROUP_PATH = "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One shape of work: its gangs (sizes), what each pod asks for, and how it is judged."""
+
+    name: str
+    title: str
+    configs: tuple[str, str]  # the pair compared side by side, e.g. ("Q", "N")
+    gang_sizes: tuple[int, ...] = ()  # empty: plain pods
+    plain_pods: int = 0
+    required_rack: bool = False
+    requests: dict[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
+    gated: bool = True  # False: pods are created ungated (W4 times last created -> all bound)
+    complete_after: str = ""  # kwok completes each pod this long after it starts (W5)
+    timeout: float = 240.0
+
+    @property
+    def pods(self) -> int:
+        return sum(self.gang_sizes) + self.plain_pods
+
+
+def mixed_sizes(total_slots: int, seed: int = 7) -> tuple[int, ...]:
+    """Gang sizes 2..16, in a fixed pseudo-random order, adding up to ``total_slots``."""
+    rng, sizes, left = random.Random(seed), [], total_slots
+    while left > 0:
+        size = min(rng.choice((2, 4, 4, 8, 8, 16)), left)
+        sizes.append(size)
+        left -= size
+    return tuple(sizes)
+
+
+def workloads(nodes: int, pods: int) -> dict[str, Workload]:
+    """The five workloads for a cluster of ``nodes`` (8 GPUs each) and ``pods`` pods in W1-W3."""
+    gangs = pods // 16
+    gpu_pod = {"cpu": "1", "memory": "1Gi", "nvidia.com/gpu": "8"}  # a whole node
+    return {w.name: w for w in (
+        Workload("W1", f"{gangs} gangs of 16", ("Q", "N"), gang_sizes=(16,) * gangs),
+        Workload("W2", f"{gangs} gangs of 16, required rack", ("Q", "N"), gang_sizes=(16,) * gangs,
+                 required_rack=True),
+        Workload("W3", f"{pods} plain pods", ("Vq", "V"), plain_pods=pods),
+        Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), gated=False, timeout=120),
+        Workload("W5", "mixed gangs, whole-node pods, 2x oversubscribed", ("Q", "N"),
+                 gang_sizes=mixed_sizes(2 * nodes), requests=gpu_pod, complete_after="20s", timeout=150),
+    )}
+
+
+SCHEDULER_OF = {"Q": "quorum", "Vq": "quorum", "N": "native", "V": "native"}
+
+
+def podgroup(namespace: str, name: str, size: int, required_rack: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": size}}}
+    if required_rack:
+        spec["schedulingConstraints"] = {"topology": [{"key": RACK_KEY}]}
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
+def pod(namespace: str, name: str, config: str, work: Workload, run: str, gang: str | None) -> dict[str, Any]:
+    labels = {RUN_LABEL: run, GANG_LABEL: gang or ""}
+    annotations = {"kwok.quorum.dev/complete-after": work.complete_after} if work.complete_after else {}
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER_OF[config],
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"requests": dict(work.requests), "limits": dict(work.requests)}}],
+    }
+    if work.gated:
+        spec["schedulingGates"] = [{"name": HOLD_GATE}]
+    if gang:
+        spec["schedulingGroup"] = {"podGroupName": gang}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations},
+            "spec": spec}
+
+
+def run_objects(namespace: str, config: str, work: Workload, run: str
+                ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(PodGroups, pods) of one run, gang after gang, then the plain pods."""
+    sizes = enumerate(work.gang_sizes)
+    groups = [podgroup(namespace, f"g{i}", size, work.required_rack) for i, size in sizes]
+    pods = [pod(namespace, f"g{i}-{m}", config, work, run, f"g{i}")
+            for i, size in enumerate(work.gang_sizes) for m in range(size)]
+    pods += [pod(namespace, f"p{i}", config, work, run, None) for i in range(work.plain_pods)]
+    return groups, pods

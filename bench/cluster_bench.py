@@ -1,0 +1,210 @@
+"""Whole-system benchmark on the local cluster: Quorum's profile against kube-scheduler's own gang
+scheduling (GenericWorkload), from the same binary, on the same nodes, interleaved.
+
+Configurations (all on one cluster, one at a time):
+  Q   gangs under Quorum's profile (kube-scheduler + Quorum over HTTP)
+  N   the same gangs under a second kube-scheduler with GenericWorkload on ("native" profile)
+  Vq  plain pods under Quorum's profile
+  V   plain pods under the native scheduler
+Workloads:
+  W1  gangs of 16 (``--pods`` pods)          W2  the same, each gang in one rack (required)
+  W3  plain pods                             W4  one gang of 256, created ungated
+  W5  mixed gang sizes, whole-node pods that complete after 20 s, 2x the cluster: gangs per minute
+
+Pods are created behind a scheduling gate and released together, so throughput is timed from the
+moment every pod exists (the release included); creation is reported on its own. Throughput is
+timed by the benchmark's watch; bind skew (first to last bind of a gang) by the apiserver's own
+binding times, from its audit log. CPU and memory are read from /proc for every component.
+
+Usage:
+  python bench/cluster_bench.py --start-cluster            # the full table, 1,000 nodes, 3 reps
+  python bench/cluster_bench.py --workloads W1,W4 --reps 1 # on a cluster that is already up
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import cb_procs
+from cb_kube import Apiserver, BindWatch
+from cb_report import SCHEDULING, completed_gangs, gang_skews, per_pod_ms, percentile, summarize
+from cb_workloads import PODGROUP_PATH, Workload, run_objects, workloads
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--start-cluster", action="store_true",
+                   help="start a fresh local cluster of --blocks x --racks x --nodes-per-rack nodes first "
+                        "(hack/cluster-up.sh) and stop it at the end")
+    p.add_argument("--blocks", type=int, default=5)
+    p.add_argument("--racks", type=int, default=10, help="racks per block")
+    p.add_argument("--nodes-per-rack", type=int, default=20)
+    p.add_argument("--pods", type=int, default=4000, help="pods in W1, W2 and W3 (gangs of 16)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of every pair of configurations")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5", help="comma-separated subset of W1..W5")
+    p.add_argument("--native-percentage", type=int, default=100,
+                   help="percentageOfNodesToScore of the native scheduler (Quorum's profile uses 100)")
+    p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "cluster_bench.json",
+                   help="where every run's figures go (JSON)")
+    return p.parse_args(argv)
+
+
+def k8s_version() -> str:
+    out = subprocess.run(["bash", "-c", f"source {ROOT}/hack/lib/versions.sh; echo $K8S_VERSION"],
+                         capture_output=True, text=True, check=True, env={**os.environ})
+    return out.stdout.strip()
+
+
+async def clean(api: Apiserver, namespace: str) -> None:
+    """Remove a run's pods at once (grace 0) and its namespace; wait until the pods are gone."""
+    base = f"/api/v1/namespaces/{namespace}"
+    await api.delete(f"{base}/pods", {"gracePeriodSeconds": 0, "propagationPolicy": "Background"})
+    await api.delete(PODGROUP_PATH.format(ns=namespace))
+    for _ in range(600):
+        left = await api.get(f"{base}/pods?limit=1")
+        if not left["items"]:
+            break
+        await asyncio.sleep(0.5)
+    await api.delete(base)
+
+
+async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict[str, Any]:
+    namespace = f"bench-{work.name}-{config}-{rep}".lower()
+    await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                            "metadata": {"name": namespace}})
+    groups, pods = run_objects(namespace, config, work, f"{work.name}-{config}-{rep}")
+    watch = BindWatch(api, namespace)
+    await watch.start()
+    await api.each(groups, lambda g: api.create(PODGROUP_PATH.format(ns=namespace), g))
+    before_cpu, before_metrics, audit = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot(), 0
+    started, pods_path = time.monotonic(), f"/api/v1/namespaces/{namespace}/pods"
+    if work.gated:
+        creation = await api.each(pods, lambda p: api.create(pods_path, p))
+        await asyncio.sleep(2)  # every informer has the gated pods
+        before_cpu, before_metrics = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot()
+        audit, started = cb_procs.audit_offset(), time.monotonic()
+        release = await api.each(pods, lambda p: api.json_patch(
+            f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}",
+            [{"op": "remove", "path": "/spec/schedulingGates"}]))
+        last_created = started + release
+    else:
+        audit = cb_procs.audit_offset()
+        creation = release = await api.each(pods, lambda p: api.create(pods_path, p))
+        last_created = started + creation
+    want = len(pods)
+    sizes = {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups}
+    if work.complete_after:
+        finished = await watch.until(
+            lambda: completed_gangs(watch.finished_at, watch.labels, sizes) == len(sizes), work.timeout)
+    else:
+        finished = await watch.until(lambda: len(watch.bound_at) >= want, work.timeout)
+    ended = time.monotonic()
+    await asyncio.sleep(1)  # binds in flight reach the counters
+    cpu = {k: v - before_cpu.get(k, 0.0) for k, v in cb_procs.cpu_by_component().items()}
+    after_metrics = cb_procs.metrics_snapshot()
+    writes, bind_times = cb_procs.audit_since(audit, namespace)
+    await watch.stop()
+    row = measure(work, config, rep, watch, bind_times, started, last_created, ended, finished, sizes)
+    bound = len(watch.bound_at) or 1
+    quorum_pid = cb_procs.pid_of("quorum")
+    row.update({
+        "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
+        "release_seconds": round(release, 2),
+        "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
+        "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
+        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in ("Q", "Vq") else None,
+        "system_cpu_ms_per_pod": per_pod_ms(cpu, bound),
+        "metrics": {proc: {k: round(v - before_metrics[proc].get(k, 0.0), 3) for k, v in series.items()}
+                    for proc, series in after_metrics.items()},
+        "quorum_writes": writes,
+        "quorum_writes_per_pod": sum(n for k, n in writes.items() if not k.startswith("create pods/binding"))
+        / bound if SCHEDULING[config][0] == "quorum" else None,
+        "quorum_rss_mib": round(cb_procs.rss_mib(quorum_pid), 1) if quorum_pid else None,
+    })
+    await clean(api, namespace)
+    return row
+
+
+def measure(work: Workload, config: str, rep: int, watch: BindWatch, bind_times: dict[str, float],
+            started: float, last_created: float, ended: float, finished: bool, sizes: dict[str, int]
+            ) -> dict[str, Any]:
+    """Throughput from the watch; bind skew from the apiserver's own binding times (audit log)."""
+    times = sorted(watch.bound_at.values())
+    skews = gang_skews(bind_times, watch.labels)
+    seen_skews = gang_skews(watch.bound_at, watch.labels)
+    span = (times[-1] - started) if times else float("nan")
+    row: dict[str, Any] = {
+        "workload": work.name, "title": work.title, "config": config, "rep": rep, "pair": work.configs,
+        "pods": work.pods, "bound": len(times), "finished": finished,
+        "pods_per_second": round(len(times) / span, 1) if times and span > 0 else 0.0,
+        "first_bind_s": round(times[0] - started, 3) if times else None,
+        "last_to_all_bound_s": round(times[-1] - last_created, 3) if times and not work.gated else None,
+        "skew_p50_ms": round(1000 * percentile(skews, 50), 1) if skews else None,
+        "skew_p99_ms": round(1000 * percentile(skews, 99), 1) if skews else None,
+        "watch_skew_p50_ms": round(1000 * percentile(seen_skews, 50), 1) if seen_skews else None,
+        "audited_binds": len(bind_times),
+    }
+    if work.complete_after:
+        done = completed_gangs(watch.finished_at, watch.labels, sizes)
+        row.update(gangs_completed=done, gangs_per_minute=round(60 * done / (ended - started), 1))
+    return row
+
+
+async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+    nodes = args.blocks * args.racks * args.nodes_per_rack
+    chosen = [w for name, w in workloads(nodes, args.pods).items() if name in args.workloads.split(",")]
+    rows: list[dict[str, Any]] = []
+    async with Apiserver() as api:
+        for rep in range(args.reps):
+            for work in chosen:
+                pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
+                for config in pair:
+                    row = await one_run(api, work, config, rep)
+                    rows.append(row)
+                    print(json.dumps({k: row[k] for k in ("workload", "config", "rep", "bound", "pods",
+                                                          "pods_per_second", "skew_p50_ms",
+                                                          "system_cpu_ms_per_pod")}), flush=True)
+                    args.out.write_bytes(json.dumps(rows, indent=1).encode())
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    version = k8s_version()
+    if args.start_cluster:
+        subprocess.run([str(ROOT / "hack" / "cluster-up.sh"), "--blocks", str(args.blocks), "--racks",
+                        str(args.racks), "--nodes", str(args.nodes_per_rack)], check=True)
+    native = cb_procs.NativeScheduler(ROOT / ".cache" / "bin" / version / "kube-scheduler",
+                                      "GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
+                                      args.native_percentage)
+    native.start()
+    try:
+        rows = asyncio.run(main_async(args))
+    finally:
+        native.stop()
+        if args.start_cluster:
+            subprocess.run([str(ROOT / "hack" / "cluster-down.sh")], check=False)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    nodes = args.blocks * args.racks * args.nodes_per_rack
+    print(f"\nKubernetes {version}, commit {commit}, {os.cpu_count()} CPUs, {nodes} nodes, "
+          f"{args.reps} reps; figures in {args.out}\n")
+    print("\n".join(summarize(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
