@@ -134,6 +134,7 @@ class Coordinator(CacheReactions):
         decision = gates.declaration_gate(self.core, key, spec, pod, candidates)
         if decision is not None:
             self._note_declaration(key, decision)
+            self._note_answer(pod.uid, decision)
             return decision
         assert spec is not None  # the declaration gate answered otherwise
         reservation = self.core.ledger.reserved_node(pod.uid)
@@ -145,6 +146,7 @@ class Coordinator(CacheReactions):
                                               f"not {key}")
             if reservation.node in candidates:
                 # The common case of a reserved member: its node, with no state to change or sync.
+                self.core.parked.discard(pod.uid)
                 return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
@@ -154,11 +156,19 @@ class Coordinator(CacheReactions):
             state.spec_seen = spec
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
+        self._note_answer(pod.uid, decision)
         self.core.sync(state)
         self.queue.refresh()  # the head of the queue not fitting may make it claim now
         self.core.forget_if_idle(key)
         self._verify("filter")
         return decision
+
+    def _note_answer(self, uid: str, decision: FilterDecision) -> None:
+        known = self.cache.pods.get(uid)
+        if decision.rejects_everything and (known is None or known.pending):
+            self.core.parked.add(uid)
+        else:
+            self.core.parked.discard(uid)
 
     def _note_declaration(self, key: str, decision: FilterDecision) -> None:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""
@@ -241,7 +251,11 @@ class Coordinator(CacheReactions):
         state.reason = ""
         self.retry.arm_deadline(state, self._deadline_passed)
         self.core.sync(state, f"gang {state.key}: reserved in {'/'.join(placement.domain) or 'cluster'}")
-        others = [pending[u] for u in placement.assignment if u != first_uid and u in self.cache.pods]
+        # When a member's own filter placed the gang, only members kube-scheduler may have parked:
+        # the rest come to filter on their own (a nudge is an apiserver write per member). A gang
+        # placed on another's behalf (a repair) wakes all its members: it is rare.
+        others = [pending[u] for u in placement.assignment if u != first_uid and u in self.cache.pods
+                  and (first_uid is None or u in self.core.parked)]
         self.core.requeue(state.key, others, "placement reserved")
 
     def _running_nodes(self, key: str) -> list[str]:

@@ -124,6 +124,10 @@ class Core:
     observers: list[PhaseObserver] = field(default_factory=list)
     reporter: Reporter | None = None
     earmarks: Earmarks | None = None
+    # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with no
+    # node since their last attempt, or pending when Quorum (re)started. Only these need a nudge
+    # when their gang's placement is reserved; the others reach filter on their own.
+    parked: set[str] = field(default_factory=set)
 
     def note(self, state: GangState, reason: str, note: str, type_: str = NORMAL) -> None:
         """An Event about the gang (beyond its phase changes, which observers report)."""
@@ -146,7 +150,13 @@ class Core:
         return state
 
     def requeue(self, key: str, pods: list[PodRecord], reason: str) -> None:
-        """Nudge kube-scheduler to retry members now: our state changed without a cluster event."""
+        """Nudge kube-scheduler to retry members now: our state changed without a cluster event.
+
+        Never a pod of another scheduler's profile: Quorum sees every gang (capacity is shared),
+        but writes only to the pods it schedules."""
+        names = self.config.scheduler_names
+        if names:
+            pods = [p for p in pods if p.scheduler_name in names]
         if pods:
             self.spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}"))
 

@@ -89,6 +89,11 @@ class FilterDecision:
         return self._passing
 
     @property
+    def rejects_everything(self) -> bool:
+        """No node passes: kube-scheduler parks the pod until something wakes it."""
+        return bool(self._everywhere) or not self.passing
+
+    @property
     def failed(self) -> dict[str, str]:
         return self._failed
 

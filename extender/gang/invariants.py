@@ -30,15 +30,27 @@ def check_invariants(core: Core) -> list[str]:
         if state.binds_in_flight < 0:
             problems.append(f"gang {key}: negative bind count")
         problems += _lifecycle_problems(key, state, reservation)
+    for gang in core.ledger.gangs():
+        if gang not in core.gangs:
+            problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
+    problems += _pod_problems(core)
+    return problems
+
+
+def _pod_problems(core: Core) -> list[str]:
+    """Each pod counted once: in flight or reserved, never against a bind the cache shows; marked
+    parked only while pending."""
+    problems = []
     for uid, node in core.ledger.inflight().items():
         pod = core.cache.pods.get(uid)
         if pod is not None and pod.node_name:
             problems.append(f"pod {pod.key}: counted in flight to {node} although the cache shows it bound")
         if core.ledger.reserved_node(uid) is not None:
             problems.append(f"pod {uid}: both reserved and in flight")
-    for gang in core.ledger.gangs():
-        if gang not in core.gangs:
-            problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
+    for uid in core.parked:
+        pod = core.cache.pods.get(uid)
+        if pod is not None and not pod.pending:
+            problems.append(f"pod {pod.key}: marked as parked by kube-scheduler although it is not pending")
     for uid in _reserved_uids(core):
         pod = core.cache.pods.get(uid)
         if pod is not None and pod.node_name:

@@ -71,14 +71,18 @@ class Retry:
 
     # ----------------------------------------------------------------- nudges
     def nudge_gang(self, key: str, reason: str) -> None:
-        """Wake a gang whose members were rejected for a reason that just went away."""
-        self.core.requeue(key, self.core.pending_members(key), reason)
+        """Wake a gang whose members were rejected for a reason that just went away: those Quorum
+        turned away (the others were never parked because of Quorum, and come on their own)."""
+        parked = self.core.parked
+        self.core.requeue(key, [m for m in self.core.pending_members(key) if m.uid in parked], reason)
 
     def nudge_waiting_after_sync(self) -> None:
         """After a (re)start, gangs the previous instance rejected wait for no cluster event: give
         one member of each waiting gang a nudge, once the caches hold the whole cluster."""
         core = self.core
         for key in list(core.cache.gang_members):
+            # The previous instance may have turned any of them away.
+            core.parked.update(m.uid for m in core.pending_members(key))
             spec = core.cache.gang_spec(key)
             if spec is not None and spec.is_gang and core.ledger.reserved_count(key):
                 continue

@@ -4,6 +4,7 @@ bind hold, timeout and backoff, release, extras, scoring and preemption."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from extender.config import GangTimings
@@ -83,7 +84,7 @@ async def test_no_fit_answered_before_the_watch_saw_capacity_freed_is_retried_on
     assert world.sample("quorum_gang_rechecks_total") == 1
     assert len(world.filter("w0").passing) == 1
     await asyncio.sleep(0)
-    assert sorted(world.actions.requeued) == ["w0", "w1", "w2", "w3"]
+    assert sorted(world.actions.requeued) == ["w0", "w1"]  # w2, w3 were never turned away
 
 
 async def test_unknown_required_level_is_reported_and_not_retried_on_every_change() -> None:
@@ -168,10 +169,49 @@ async def test_first_member_places_the_whole_gang_in_one_rack_and_each_member_ge
     for name in names:
         decision = world.filter(name)
         assert decision.passing == [reservation[f"uid-{name}"]]
-    # The other members were nudged so kube-scheduler retries them without waiting for an event.
+    # Quorum never turned the others away: they come to filter on their own, with no write.
     await asyncio.sleep(0.01)
-    assert sorted(world.actions.requeued) == ["w1", "w2", "w3"]
+    assert world.actions.requeued == []
     assert world.sample("quorum_placements_total", result="fit") == 1
+
+
+async def test_only_members_turned_away_before_the_placement_are_nudged_when_it_is_reserved() -> None:
+    """kube-scheduler parks a pod Quorum answered with no node until a cluster event; a nudge (one
+    apiserver write) is owed to those members only, not to every member of every gang."""
+    world = World()
+    gang_of(world, 2, min_count=4, gpus=4)
+    assert world.filter("w0").passing == [] and world.filter("w1").passing == []  # 2 of 4 exist
+    for name in ("w2", "w3"):
+        world.add(gang_pod(name, gang="w", min_count=4, gpus=4))
+    assert len(world.filter("w2").passing) == 1  # the whole gang is placed now
+    await asyncio.sleep(0.01)
+    assert sorted(world.actions.requeued) == ["w0", "w1"]  # not w3, which was never answered
+
+
+async def test_pods_of_another_schedulers_profile_are_never_written_to() -> None:
+    """Quorum sees every gang (capacity is shared), but a gang kube-scheduler's own gang plugin
+    schedules under another profile is none of its business: no nudge, even after a restart."""
+    world = World()
+    world.coordinator.core.config = replace(world.coordinator.core.config, scheduler_names=("quorum",))
+    for i in range(2):
+        member = world.add(gang_pod(f"n{i}", gang="n", min_count=2, gpus=4))
+        member["spec"]["schedulerName"] = "native"
+        world.cache.upsert_pod(member)
+    world.coordinator.retry.nudge_waiting_after_sync()
+    world.coordinator.retry.nudge_gang("ml/n", "its PodGroup changed")
+    await asyncio.sleep(0.01)
+    assert world.actions.requeued == []
+
+
+async def test_after_a_restart_every_pending_member_may_be_parked_and_is_nudged() -> None:
+    world = World()
+    gang_of(world, 4, min_count=4, gpus=4)
+    world.coordinator.retry.nudge_waiting_after_sync()  # what the previous instance said is unknown
+    await asyncio.sleep(0.01)
+    assert world.actions.requeued == ["w0"]  # one member, whose placement wakes the rest
+    assert len(world.filter("w0").passing) == 1
+    await asyncio.sleep(0.01)
+    assert sorted(world.actions.requeued) == ["w0", "w1", "w2", "w3"]
 
 
 async def test_podgroup_min_count_and_topology_come_from_the_native_object() -> None:

@@ -137,8 +137,9 @@ async def _pods_before_their_podgroup(policy: int | None) -> None:
         pods = [gang_pod(f"s{i}", podgroup="svc", gpus=8) for i in range(3)]
         quorum.api.add(PODS, *pods)
         await quorum.settle()
-        rejected = await quorum.filter(pods[0], ALL)
-        assert "waiting for its PodGroup" in rejected["FailedAndUnresolvableNodes"][ALL[0]]
+        for member in pods:  # kube-scheduler tries each one, and parks it
+            rejected = await quorum.filter(member, ALL)
+            assert "waiting for its PodGroup" in rejected["FailedAndUnresolvableNodes"][ALL[0]]
         quorum.api.add(PODGROUPS, make_podgroup("svc", policy))
         await eventually(lambda: {"s0", "s1", "s2"} <= set(quorum.api.requeued),
                          "every pod rejected for the missing PodGroup is nudged")
