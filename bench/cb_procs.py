@@ -69,6 +69,24 @@ def cpu_by_component() -> dict[str, float]:
     return out
 
 
+class Paused:
+    """A component stopped (SIGSTOP) for the ``with`` block, resumed (SIGCONT) at its end: its
+    watches queue what happens meanwhile, and it finds all of it at once when it resumes."""
+
+    def __init__(self, name: str) -> None:
+        pid = pid_of(name)
+        if pid is None:
+            raise RuntimeError(f"{name} is not running")
+        self.pid = pid
+
+    def __enter__(self) -> Paused:
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
 @dataclass
 class NativeScheduler:
     """A second kube-scheduler from the same binary: profile ``native``, gang scheduling on."""

@@ -1,9 +1,7 @@
 """What the cluster benchmark schedules: the workloads W1..W5 and the objects of one run.
 
 Both systems get the very same objects (native v1beta1 PodGroups, pods naming them through
-``spec.schedulingGroup``); only ``spec.schedulerName`` differs. Pods are created behind a
-scheduling gate and released together, so scheduling is timed from the moment every pod exists,
-apart from how fast the benchmark can create them.
+``spec.schedulingGroup``); only ``spec.schedulerName`` differs.
 """
 
 from __future__ import annotations
@@ -12,7 +10,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-HOLD_GATE = "bench.quorum.dev/hold"
 RUN_LABEL = "bench.quorum.dev/run"
 GANG_LABEL = "bench.quorum.dev/gang"
 RACK_KEY = "topology.quorum.dev/rack"
@@ -30,7 +27,7 @@ class Workload:
     plain_pods: int = 0
     required_rack: bool = False
     requests: dict[str, str] = field(default_factory=lambda: {"cpu": "100m", "memory": "128Mi"})
-    gated: bool = True  # False: pods are created ungated (W4 times last created -> all bound)
+    paused: bool = True  # created while the scheduler is paused; False: W4 times last created -> all bound
     complete_after: str = ""  # kwok completes each pod this long after it starts (W5)
     timeout: float = 240.0
 
@@ -58,7 +55,7 @@ def workloads(nodes: int, pods: int) -> dict[str, Workload]:
         Workload("W2", f"{gangs} gangs of 16, required rack", ("Q", "N"), gang_sizes=(16,) * gangs,
                  required_rack=True),
         Workload("W3", f"{pods} plain pods", ("Vq", "V"), plain_pods=pods),
-        Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), gated=False, timeout=120),
+        Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), paused=False, timeout=120),
         Workload("W5", "mixed gangs, whole-node pods, 2x oversubscribed", ("Q", "N"),
                  gang_sizes=mixed_sizes(2 * nodes), requests=gpu_pod, complete_after="20s", timeout=150),
     )}
@@ -85,8 +82,6 @@ def pod(namespace: str, name: str, config: str, work: Workload, run: str, gang: 
         "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
                         "resources": {"requests": dict(work.requests), "limits": dict(work.requests)}}],
     }
-    if work.gated:
-        spec["schedulingGates"] = [{"name": HOLD_GATE}]
     if gang:
         spec["schedulingGroup"] = {"podGroupName": gang}
     return {"apiVersion": "v1", "kind": "Pod",

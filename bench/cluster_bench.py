@@ -8,13 +8,15 @@ Configurations (all on one cluster, one at a time):
   V   plain pods under the native scheduler
 Workloads:
   W1  gangs of 16 (``--pods`` pods)          W2  the same, each gang in one rack (required)
-  W3  plain pods                             W4  one gang of 256, created ungated
+  W3  plain pods                             W4  one gang of 256, scheduler running
   W5  mixed gang sizes, whole-node pods that complete after 20 s, 2x the cluster: gangs per minute
 
-Pods are created behind a scheduling gate and released together, so throughput is timed from the
-moment every pod exists (the release included); creation is reported on its own. Throughput is
-timed by the benchmark's watch; bind skew (first to last bind of a gang) by the apiserver's own
-binding times, from its audit log. CPU and memory are read from /proc for every component.
+The scheduler under test is paused (SIGSTOP) while the pods are created and resumed once they all
+exist, so throughput is timed from that moment, apart from creation (reported on its own). A
+scheduling gate would not do: lifting it is one write per pod, and those writes set the pace.
+W4 is created with the scheduler running: last created -> all bound. Throughput is timed by the
+benchmark's watch; bind skew (first to last bind of a gang) by the apiserver's own binding times,
+from its audit log. CPU and memory are read from /proc for every component.
 
 Usage:
   python bench/cluster_bench.py --start-cluster            # the full table, 1,000 nodes, 3 reps
@@ -38,9 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cb_procs
 from cb_kube import Apiserver, BindWatch
 from cb_report import SCHEDULING, completed_gangs, gang_skews, per_pod_ms, percentile, summarize
-from cb_workloads import PODGROUP_PATH, Workload, run_objects, workloads
+from cb_workloads import PODGROUP_PATH, SCHEDULER_OF, Workload, run_objects, workloads
 
 ROOT = Path(__file__).resolve().parent.parent
+SCHEDULER_PROCESS = {"quorum": "kube-scheduler", "native": cb_procs.NATIVE_NAME}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -90,18 +93,16 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict
     await api.each(groups, lambda g: api.create(PODGROUP_PATH.format(ns=namespace), g))
     before_cpu, before_metrics, audit = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot(), 0
     started, pods_path = time.monotonic(), f"/api/v1/namespaces/{namespace}/pods"
-    if work.gated:
-        creation = await api.each(pods, lambda p: api.create(pods_path, p))
-        await asyncio.sleep(2)  # every informer has the gated pods
-        before_cpu, before_metrics = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot()
-        audit, started = cb_procs.audit_offset(), time.monotonic()
-        release = await api.each(pods, lambda p: api.json_patch(
-            f"/api/v1/namespaces/{namespace}/pods/{p['metadata']['name']}",
-            [{"op": "remove", "path": "/spec/schedulingGates"}]))
-        last_created = started + release
+    if work.paused:
+        with cb_procs.Paused(SCHEDULER_PROCESS[SCHEDULER_OF[config]]):
+            creation = await api.each(pods, lambda p: api.create(pods_path, p))
+            await asyncio.sleep(2)  # Quorum's watch has them all
+            before_cpu, before_metrics = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot()
+            audit = cb_procs.audit_offset()
+        started = last_created = time.monotonic()
     else:
         audit = cb_procs.audit_offset()
-        creation = release = await api.each(pods, lambda p: api.create(pods_path, p))
+        creation = await api.each(pods, lambda p: api.create(pods_path, p))
         last_created = started + creation
     want = len(pods)
     sizes = {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups}
@@ -121,7 +122,6 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict
     quorum_pid = cb_procs.pid_of("quorum")
     row.update({
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
-        "release_seconds": round(release, 2),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
         "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in ("Q", "Vq") else None,
@@ -150,7 +150,7 @@ def measure(work: Workload, config: str, rep: int, watch: BindWatch, bind_times:
         "pods": work.pods, "bound": len(times), "finished": finished,
         "pods_per_second": round(len(times) / span, 1) if times and span > 0 else 0.0,
         "first_bind_s": round(times[0] - started, 3) if times else None,
-        "last_to_all_bound_s": round(times[-1] - last_created, 3) if times and not work.gated else None,
+        "last_to_all_bound_s": round(times[-1] - last_created, 3) if times and not work.paused else None,
         "skew_p50_ms": round(1000 * percentile(skews, 50), 1) if skews else None,
         "skew_p99_ms": round(1000 * percentile(skews, 99), 1) if skews else None,
         "watch_skew_p50_ms": round(1000 * percentile(seen_skews, 50), 1) if seen_skews else None,
