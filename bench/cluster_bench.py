@@ -97,8 +97,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict
         with cb_procs.Paused(SCHEDULER_PROCESS[SCHEDULER_OF[config]]):
             creation = await api.each(pods, lambda p: api.create(pods_path, p))
             await asyncio.sleep(2)  # Quorum's watch has them all
-            before_cpu, before_metrics = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot()
-            audit = cb_procs.audit_offset()
+            # (The metrics were read before: a paused scheduler does not answer.)
+            before_cpu, audit = cb_procs.cpu_by_component(), cb_procs.audit_offset()
         started = last_created = time.monotonic()
     else:
         audit = cb_procs.audit_offset()
