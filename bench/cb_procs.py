@@ -225,3 +225,40 @@ def audit_since(offset: int, namespace: str) -> tuple[dict[str, int], dict[str, 
             key = f"{event.get('verb')} {ref.get('resource', '?')}" + (f"/{sub}" if sub else "")
             writes[key] = writes.get(key, 0) + 1
     return writes, binds
+
+
+def start_profiler(directory: Path, name: str) -> subprocess.Popen[bytes]:
+    """py-spy on Quorum from now until ``stop_profiler`` (50 samples a second, raw stacks)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    pid = pid_of("quorum")
+    return subprocess.Popen(["py-spy", "record", "-p", str(pid), "--rate", "50", "--format", "raw",
+                             "--nonblocking", "-o", str(directory / f"{name}.txt")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_profiler(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+    proc.wait(timeout=60)
+
+
+def profile_summary(path: Path, top: int = 25) -> list[str]:
+    """The functions with the most samples, by their own time and including callees."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = stack.split(";")
+        own[frames[-1]] = own.get(frames[-1], 0) + n
+        for frame in {f.split(" (")[0] for f in frames}:
+            inclusive[frame] = inclusive.get(frame, 0) + n
+    out = [f"{path.name}: {total} samples"]
+    for title, counts in (("own time:", own), ("including callees:", inclusive)):
+        out.append(title)
+        ranked = sorted(counts.items(), key=lambda kv: -kv[1])[:top]
+        out += [f"  {100 * n / total:5.1f}%  {f}" for f, n in ranked]
+    return out

@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workloads", default="W1,W2,W3,W4,W5", help="comma-separated subset of W1..W5")
     p.add_argument("--native-percentage", type=int, default=100,
                    help="percentageOfNodesToScore of the native scheduler (Quorum's profile uses 100)")
+    p.add_argument("--profile-quorum", type=Path, default=None, metavar="DIR",
+                   help="sample Quorum with py-spy (pip install py-spy) while kube-scheduler works "
+                        "through each Q and Vq run; raw stacks and a summary go to DIR")
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "cluster_bench.json",
                    help="where every run's figures go (JSON)")
     return p.parse_args(argv)
@@ -83,7 +86,8 @@ async def clean(api: Apiserver, namespace: str) -> None:
     await api.delete(base)
 
 
-async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict[str, Any]:
+async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
+                  profile_dir: Path | None = None) -> dict[str, Any]:
     namespace = f"bench-{work.name}-{config}-{rep}".lower()
     await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": namespace}})
@@ -104,6 +108,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict
         audit = cb_procs.audit_offset()
         creation = await api.each(pods, lambda p: api.create(pods_path, p))
         last_created = started + creation
+    profiler = cb_procs.start_profiler(profile_dir, f"{work.name}-{config}-{rep}") \
+        if profile_dir is not None and config in ("Q", "Vq") else None
     want = len(pods)
     sizes = {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups}
     if work.complete_after:
@@ -112,6 +118,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int) -> dict
     else:
         finished = await watch.until(lambda: len(watch.bound_at) >= want, work.timeout)
     ended = time.monotonic()
+    if profiler is not None:
+        cb_procs.stop_profiler(profiler)
     await asyncio.sleep(1)  # binds in flight reach the counters
     cpu = {k: v - before_cpu.get(k, 0.0) for k, v in cb_procs.cpu_by_component().items()}
     after_metrics = cb_procs.metrics_snapshot()
@@ -171,7 +179,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             for work in chosen:
                 pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
                 for config in pair:
-                    row = await one_run(api, work, config, rep)
+                    row = await one_run(api, work, config, rep, args.profile_quorum)
                     rows.append(row)
                     print(json.dumps({k: row[k] for k in ("workload", "config", "rep", "bound", "pods",
                                                           "pods_per_second", "skew_p50_ms",
@@ -203,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nKubernetes {version}, commit {commit}, {os.cpu_count()} CPUs, {nodes} nodes, "
           f"{args.reps} reps; figures in {args.out}\n")
     print("\n".join(summarize(rows)))
+    if args.profile_quorum is not None:
+        for path in sorted(args.profile_quorum.glob("*.txt")):
+            print("\n" + "\n".join(cb_procs.profile_summary(path)))
     return 0
 
 
