@@ -1,6 +1,6 @@
 """The cluster benchmark's own apiserver client: asyncio, TLS client certificate, bulk writes.
 
-The benchmark creates, ungates and deletes thousands of pods and watches every bind; the
+The benchmark creates and deletes thousands of pods and watches every bind; the
 synchronous kubernetes client would be the bottleneck (and its CPU would be charged to the
 machine the systems under test share), so this small client speaks HTTP directly.
 """
@@ -70,12 +70,6 @@ class Apiserver:
 
     async def create(self, path: str, obj: dict[str, Any]) -> Any:
         return await self.request("POST", path, obj)
-
-    async def merge_patch(self, path: str, patch: dict[str, Any]) -> Any:
-        return await self.request("PATCH", path, patch, "application/merge-patch+json")
-
-    async def json_patch(self, path: str, ops: list[dict[str, Any]]) -> Any:
-        return await self.request("PATCH", path, ops, "application/json-patch+json")
 
     async def delete(self, path: str, body: dict[str, Any] | None = None) -> Any:
         return await self.request("DELETE", path, body, ok=(200, 202, 404))

@@ -80,10 +80,9 @@ class Binder:
         the pod is the one scheduled), or a pod of a scheduler profile Quorum does not serve."""
         if not uid:
             return f"bind of {namespace}/{name} refused: the request names no pod UID"
-        names = self.core.config.scheduler_names
-        if names and record is not None and record.scheduler_name not in names:
+        if record is not None and not self.core.schedules(record):
             return (f"bind of {namespace}/{name} refused: its schedulerName is {record.scheduler_name!r}, "
-                    f"not one of Quorum's profiles ({', '.join(names)})")
+                    f"not one of Quorum's profiles ({', '.join(self.core.config.scheduler_names)})")
         return ""
 
     def _refusal_without_reservation(self, namespace: str, name: str, uid: str,

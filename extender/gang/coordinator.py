@@ -134,7 +134,7 @@ class Coordinator(CacheReactions):
         decision = gates.declaration_gate(self.core, key, spec, pod, candidates)
         if decision is not None:
             self._note_declaration(key, decision)
-            self._note_answer(pod.uid, decision)
+            self._note_answer(pod, known is not None, decision)
             return decision
         assert spec is not None  # the declaration gate answered otherwise
         reservation = self.core.ledger.reserved_node(pod.uid)
@@ -156,19 +156,20 @@ class Coordinator(CacheReactions):
             state.spec_seen = spec
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
-        self._note_answer(pod.uid, decision)
+        self._note_answer(pod, known is not None, decision)
         self.core.sync(state)
         self.queue.refresh()  # the head of the queue not fitting may make it claim now
         self.core.forget_if_idle(key)
         self._verify("filter")
         return decision
 
-    def _note_answer(self, uid: str, decision: FilterDecision) -> None:
-        known = self.cache.pods.get(uid)
-        if decision.rejects_everything and (known is None or known.pending):
-            self.core.parked.add(uid)
+    def _note_answer(self, pod: PodRecord, known: bool, decision: FilterDecision) -> None:
+        """Remember who kube-scheduler will park because of this answer (a pod the cache has not
+        seen yet counts as pending)."""
+        if decision.rejects_everything and (not known or pod.pending):
+            self.core.parked.add(pod.uid)
         else:
-            self.core.parked.discard(uid)
+            self.core.parked.discard(pod.uid)
 
     def _note_declaration(self, key: str, decision: FilterDecision) -> None:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""

@@ -149,14 +149,17 @@ class Core:
             state = self.gangs[key] = GangState(key, first_seen=self.clock())
         return state
 
+    def schedules(self, pod: PodRecord) -> bool:
+        """Whether the pod belongs to a kube-scheduler profile Quorum serves (any, unless
+        ``schedulerNames`` is set). Quorum sees every gang, since capacity is shared, but binds
+        and writes only the pods it schedules."""
+        names = self.config.scheduler_names
+        return not names or pod.scheduler_name in names
+
     def requeue(self, key: str, pods: list[PodRecord], reason: str) -> None:
         """Nudge kube-scheduler to retry members now: our state changed without a cluster event.
-
-        Never a pod of another scheduler's profile: Quorum sees every gang (capacity is shared),
-        but writes only to the pods it schedules."""
-        names = self.config.scheduler_names
-        if names:
-            pods = [p for p in pods if p.scheduler_name in names]
+        Never a pod of another scheduler's profile."""
+        pods = [p for p in pods if self.schedules(p)]
         if pods:
             self.spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}"))
 
