@@ -26,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from ..cluster.cache import ClusterCache, Rejected
+from ..cluster.device_feed import DEVICE_SOURCES, DeviceFeed
 from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
 from ..cluster.resources import QuantityError
 from ..metrics import Metrics
@@ -49,6 +50,7 @@ class Kind:
     upsert: Callable[[dict[str, Any]], None]
     delete: Callable[[dict[str, Any]], None]
     discover: GangObjectKind | None = None  # a gang object kind: its version is found at run time
+    optional: bool = False  # a 404 means the API is not served: synced and empty (DRA before 1.34)
 
 
 def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS) -> list[Kind]:
@@ -59,7 +61,15 @@ def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG
              lambda o: cache.delete_node((o.get("metadata") or {}).get("name", ""))),
         Kind("pods", "/api/v1/pods", cache.replace_pods, cache.upsert_pod, cache.delete_pod),
         *(Kind(g.name, "", unbound, unbound, unbound, discover=g) for g in gang_kinds),
+        *device_kinds(cache),
     ]
+
+
+def device_kinds(cache: ClusterCache) -> list[Kind]:
+    """The DRA kinds (resource.k8s.io/v1): devices count as capacity (README, "DRA devices")."""
+    feed = DeviceFeed(cache)
+    return [Kind(s.name, s.path, functools.partial(feed.replace, s), functools.partial(feed.upsert, s),
+                 functools.partial(feed.delete, s), optional=True) for s in DEVICE_SOURCES]
 
 
 def served_kind(cache: ClusterCache, source: GangObjectSource) -> Kind:
@@ -131,7 +141,7 @@ class Informer:
                 self.metrics.watch_restarts.labels(kind.name, "gone").inc()
                 version = ""  # relist
             except ApiError as exc:
-                if exc.status == 404 and declared.discover is not None:  # removed since discovery
+                if exc.status == 404 and (declared.discover is not None or declared.optional):
                     await self._absent(declared)
                     version = ""
                     continue
@@ -178,6 +188,8 @@ class Informer:
                      extra={"kind": kind.name, "retry_seconds": self.absent_retry})
         if kind.discover is not None:
             self.cache.replace_gang_objects(kind.discover.source(""), [])
+        elif kind.optional:
+            kind.replace([])
         self._state[kind.name] = ABSENT
         await asyncio.sleep(self.absent_retry)
 

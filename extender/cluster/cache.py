@@ -17,6 +17,8 @@ from typing import Any
 
 from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
 from .declarations import Declarations, object_id
+from .device_accounting import DeviceAccounting
+from .devices import ALL_NODES, Changes, DeviceInventory
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .resources import Resources, add_into, beyond_capacity, subtract_into
@@ -51,11 +53,18 @@ MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
 # After the bind: a bound gang member's Ready condition changed, or it succeeded.
 MEMBER_HEALTH = "member-health"
 NODE_READINESS = "node-readiness"  # a node's Ready condition changed
+# DRA devices on a node were freed or taken (``key`` "" when every node may have moved).
+DEVICES_MOVED = "devices-moved"
 # Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
 CACHES_SYNCED = "caches-synced"
 
 
-class ClusterCache:
+# Informer kinds that declare no gangs (the rest are gang objects).
+_NOT_GANG_OBJECTS = frozenset(
+    ("nodes", "pods", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"))
+
+
+class ClusterCache(DeviceAccounting):
     def __init__(self, level_labels: tuple[str, ...]) -> None:
         self.level_labels = level_labels
         self.nodes: dict[str, NodeRecord] = {}
@@ -83,6 +92,8 @@ class ClusterCache:
         # adds the other kinds of gang object it watches when it starts).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
         self.on_clamped: ClampedHook | None = None
+        # DRA devices: free per node and the demand of pending pods (fed by ``device_feed.py``).
+        self.devices = DeviceInventory()
 
     # --- helpers -------------------------------------------------------------------------
     def _emit(self, event: CacheEvent) -> None:
@@ -154,7 +165,7 @@ class ClusterCache:
 
     def gang_objects_synced(self) -> bool:
         """Every kind of gang object listed (or known not to be served)."""
-        return all(synced for kind, synced in self.synced.items() if kind not in ("nodes", "pods"))
+        return all(synced for kind, synced in self.synced.items() if kind not in _NOT_GANG_OBJECTS)
 
     # --- nodes ---------------------------------------------------------------------------
     def upsert_node(self, obj: dict[str, Any]) -> None:
@@ -229,6 +240,7 @@ class ClusterCache:
         record = pod_record(obj, gang_key)
         if not record.uid:
             return
+        moved = self._with_devices(record, obj)
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         if old is not None:
@@ -263,6 +275,8 @@ class ClusterCache:
             self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
         if changed_gang:
             self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
+        for node in moved:
+            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
         """Index a gang member and the declaration its annotations carry; returns the gang key
@@ -287,12 +301,15 @@ class ClusterCache:
         if record is None:
             return
         self._account(record, -1)
+        moved = self._devices_changed(self.devices.drop_pod(uid))
         if record.gang_key:
             self._leave_gang(uid, record.gang_key)
         self.capacity_version += 1
         self._emit(CacheEvent(POD_REMOVED, uid, record))
         if record.holds_capacity:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
+        for node in moved:
+            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     def _leave_gang(self, uid: str, gang_key: str) -> None:
         members = self.gang_members.get(gang_key)
@@ -354,9 +371,16 @@ class ClusterCache:
     def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         return self.replace_gang_objects(NATIVE_PODGROUPS, objs)
 
+    # --- DRA devices (the accounting itself: device_accounting.py) -------------------------
+    def apply_device_changes(self, changes: Changes) -> None:
+        """What a DRA object's update moved (``device_feed.py``), told to the coordinator."""
+        for node in self._devices_changed(changes):
+            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
+
     # --- queries -------------------------------------------------------------------------
     def free_on(self, node: NodeRecord) -> tuple[Resources, int]:
-        """Allocatable minus requests of pods bound there (reservations are the coordinator's).
+        """Allocatable minus requests of pods bound there, plus free DRA devices by kind
+        (reservations are the coordinator's).
 
         The returned dict is shared: callers must copy it before changing it.
         """
@@ -366,6 +390,8 @@ class ClusterCache:
             used = self.node_used.get(node.name)
             if used:
                 subtract_into(free, used)
+            if self.devices.has_devices(node.name):
+                free.update(self.devices.node_free(node.name))
             if self.nodes.get(node.name) is node:  # never keep an entry for a node that is gone
                 self._free[node.name] = free
         return free, node.pods_allocatable - self.node_pod_count.get(node.name, 0)

@@ -250,6 +250,10 @@ class CapacityLedger:
                 out.append(f"node {name} over-committed ({', '.join(short) or 'pods'})")
         return out
 
+    def overcommitted_nodes(self) -> list[str]:
+        """The reserved nodes that ``overcommitted`` names."""
+        return [problem.split(" ", 2)[1] for problem in self.overcommitted()]
+
 
 def _nonzero(resources: Resources) -> Resources:
     return {k: v for k, v in resources.items() if v}

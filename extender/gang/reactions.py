@@ -14,6 +14,7 @@ from typing import ClassVar
 from ..cluster.cache import (
     CACHES_SYNCED,
     CAPACITY_FREED,
+    DEVICES_MOVED,
     GANG_CHANGED,
     GANG_REMOVED,
     MEMBER_HEALTH,
@@ -135,6 +136,13 @@ class CacheReactions:
             self.core.release(state, f"gang {key}: reserved node {node} is full ({why})", "node-changed")
             self.core.sync(state)
 
+    def _on_devices_moved(self, event: CacheEvent) -> None:
+        """DRA devices freed (a waiting gang may fit) or taken outside Quorum's reservations."""
+        self.retry.schedule_recheck()
+        nodes = [event.key] if event.key else self.core.ledger.overcommitted_nodes()
+        for node in nodes:
+            self._release_overcommitted(node, "its devices were allocated to others")
+
     def _on_node_changed(self, event: CacheEvent) -> None:
         """A reserved node that shrank below its reservations, or moved to other domains, no longer
         holds the placement it was chosen for: release the gangs reserved there (they re-plan)."""
@@ -216,6 +224,7 @@ class CacheReactions:
         POD_REMOVED: _on_pod_removed,
         NODE_REMOVED: _on_node_removed,
         NODE_CHANGED: _on_node_changed,
+        DEVICES_MOVED: _on_devices_moved,
         GANG_REMOVED: _on_gang_removed,
         GANG_CHANGED: _on_gang_changed,
         CACHES_SYNCED: _on_synced,

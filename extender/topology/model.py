@@ -79,6 +79,28 @@ def format_quantity(name: str, amount: int) -> str:
 
 
 def format_resources(r: Resources) -> str:
-    """Readable ``{cpu: 4, memory: 8Gi, nvidia.com/gpu: 1}``; zero entries are left out."""
+    """Readable ``{cpu: 4, memory: 8Gi, nvidia.com/gpu: 1, 8 gpu.example.com devices}``; zero entries
+    are left out."""
     items = sorted(((k, v) for k, v in r.items() if v), key=lambda kv: (_FIRST.get(kv[0], 2), kv[0]))
-    return "{" + ", ".join(f"{k}: {format_quantity(k, v)}" for k, v in items) + "}"
+    return "{" + ", ".join(_format_one(k, v) for k, v in items) + "}"
+
+
+# DRA device kinds are synthetic resource names (cluster/device_demand.py): "devices:<class>" counts
+# devices, "devices:!<why>" is a request that cannot be counted, other kinds count whole requests.
+_DEVICES = "devices:"
+
+
+def _format_one(name: str, amount: int) -> str:
+    if not name.startswith(_DEVICES):
+        return f"{name}: {format_quantity(name, amount)}"
+    kind = name[len(_DEVICES):]
+    if kind.startswith("!"):
+        return kind[1:]
+    if kind.startswith(("all ", "first of (")):
+        return f"{amount} {_TIMES} {kind} devices"
+    if " where " in kind:
+        return f"{amount} {kind.replace(' where ', ' devices where ', 1)}"
+    return f"{amount} {kind} devices"
+
+
+_TIMES = "\N{MULTIPLICATION SIGN}"

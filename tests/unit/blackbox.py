@@ -68,7 +68,10 @@ __all__ = [
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
-KINDS = (NODES, PODS, PODGROUPS)
+# DRA objects (resource.k8s.io/v1), watched since Quorum counts devices; empty unless a test adds some.
+DEVICE_KINDS = tuple(f"/apis/resource.k8s.io/v1/{plural}" for plural in
+                     ("deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"))
+KINDS = (NODES, PODS, PODGROUPS, *DEVICE_KINDS)
 
 # How long the harness waits for something that takes milliseconds: only a hang detector.
 PATIENCE_SECONDS = 2.0

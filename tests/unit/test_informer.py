@@ -307,13 +307,28 @@ async def test_pods_404_is_an_error_not_an_absent_api(metrics: Metrics, run: Cal
     await eventually(lambda: restarts(metrics, "pods", "error") == 1)
 
 
+DRA_KINDS = ("deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims")
+
+
+async def test_dra_kinds_not_served_count_as_synced_and_empty(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    """A cluster without resource.k8s.io/v1 (before 1.34): Quorum is ready, and counts no devices."""
+    kube = FakeKube()
+    for plural in DRA_KINDS:
+        kube.lists[f"/apis/resource.k8s.io/v1/{plural}"] = [ApiError(404, "the server could not find it")]
+    informer = run(kube)
+    await eventually(informer.healthy)
+    assert {kind: informer.status()[kind] for kind in DRA_KINDS} == dict.fromkeys(DRA_KINDS, ABSENT)
+
+
 async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> None:
     kube = FakeKube()
     informer = Informer(kube, cache, metrics)  # type: ignore[arg-type]
     informer.start()
     await eventually(lambda: all(cache.synced.values()))
     tasks = list(informer._tasks)
-    assert len(tasks) == 6  # nodes, pods and the four kinds of gang object
+    assert len(tasks) == 10  # nodes, pods, the four kinds of gang object and the four DRA kinds
     await informer.stop()
     assert all(task.done() for task in tasks)
     assert informer._tasks == []
@@ -407,7 +422,8 @@ async def test_not_ready_while_a_watch_backs_off(
     assert informer.status()["nodes"] == "watching"
     await eventually(informer.healthy)  # the watch is accepted again after 0.5 s
     assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching",
-                                 "workloads": ABSENT, "coscheduling": ABSENT, "volcano": ABSENT}
+                                 "workloads": ABSENT, "coscheduling": ABSENT, "volcano": ABSENT,
+                                 **dict.fromkeys(DRA_KINDS, "watching")}
     assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100"]
 
 
