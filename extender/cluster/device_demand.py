@@ -18,7 +18,7 @@ Pure parsing: the inventory (``devices.py``) decides which objects a pod's claim
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .resources import Resources
@@ -37,6 +37,12 @@ class Choice:
     selectors: tuple[str, ...]
     all_devices: bool
     count: int
+    # What a device is matched against (class and selectors, not the count): a plain string, so
+    # the per-device memo of matches hashes it for free.
+    selects: str = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "selects", "\0".join((self.class_name, *self.selectors)))
 
     def label(self) -> str:
         where = f" where {' && '.join(self.selectors)}" if self.selectors else ""

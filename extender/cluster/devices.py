@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from .device_cel import SelectorCache, device_data
+from .device_cel import Field, SelectorCache, device_data, fields_read, project_raw
 from .device_demand import (
     Choice,
     DeviceKind,
@@ -46,6 +46,7 @@ from .device_demand import (
 from .resources import Resources
 
 ALL_NODES = "*"  # a change that may move the free devices of every node
+_MEMO_LIMIT = 1 << 20  # selector results and device variables kept; rebuilt after a clear
 
 
 @dataclass(slots=True)
@@ -76,6 +77,8 @@ class DeviceInventory:
         self._slices: dict[str, tuple[str, tuple[Ident, ...]]] = {}  # slice name -> node, devices
         self._node_devices: dict[str, dict[Ident, str]] = defaultdict(dict)  # node -> device -> signature
         self._device_node: dict[Ident, str] = {}
+        # signature -> (driver, attributes, capacity) of the devices that have it, and how many do
+        self._device_raw: dict[str, list[Any]] = {}
         self._device_data: dict[str, dict[str, Any]] = {}  # signature -> the CEL ``device`` variable
         self._claims: dict[str, _Claim] = {}
         self._allocated: dict[Ident, str] = {}  # device -> claim key
@@ -86,7 +89,10 @@ class DeviceInventory:
         self._template_users: dict[str, set[str]] = defaultdict(set)
         self._kinds: dict[str, DeviceKind] = {}
         self._kind_refs: dict[str, int] = {}
-        self._match: dict[tuple[Choice, str], bool] = {}
+        self._match: dict[tuple[str, str], bool] = {}  # (choice.selects, device signature)
+        # Selectors read a few fields of a device: devices alike in those share one evaluation.
+        self._fields: dict[str, tuple[Field, ...] | None] = {}
+        self._projected: dict[tuple[str, object], bool] = {}
         self._checked: dict[str, str] = {}  # kind key -> why it cannot be counted ("" when it can)
         self._free: dict[str, Resources] = {}
         self.last_error = ""  # the newest selector evaluation error, for logs and /debug
@@ -105,6 +111,9 @@ class DeviceInventory:
             if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
                 continue
             ident = (driver, pool, device["name"])
+            replaced = self._node_devices[node].get(ident)
+            if replaced is not None:  # the same device published twice: counted once
+                self._forget_signature(replaced)
             self._node_devices[node][ident] = self._signature(driver, device)
             self._device_node[ident] = node
             idents.append(ident)
@@ -122,7 +131,9 @@ class DeviceInventory:
         node, idents = old
         devices = self._node_devices.get(node, {})
         for ident in idents:
-            devices.pop(ident, None)
+            signature = devices.pop(ident, None)
+            if signature is not None:
+                self._forget_signature(signature)
             if self._device_node.get(ident) == node:
                 del self._device_node[ident]
         if not devices:
@@ -134,12 +145,29 @@ class DeviceInventory:
         """Identical devices share one signature, so a selector is evaluated once for all of them."""
         attributes, capacity = device.get("attributes") or {}, device.get("capacity") or {}
         signature = orjson.dumps([driver, attributes, capacity], option=orjson.OPT_SORT_KEYS).decode()
-        if signature not in self._device_data:
-            if len(self._device_data) > 65536:
-                self._device_data.clear()
-                self._match.clear()
-            self._device_data[signature] = device_data(driver, attributes, capacity)
+        held = self._device_raw.get(signature)
+        if held is None:
+            self._device_raw[signature] = [(driver, attributes, capacity), 1]
+        else:
+            held[1] += 1
         return signature
+
+    def _forget_signature(self, signature: str) -> None:
+        held = self._device_raw.get(signature)
+        if held is not None:
+            held[1] -= 1
+            if held[1] <= 0:
+                del self._device_raw[signature]
+                self._device_data.pop(signature, None)
+
+    def _data(self, signature: str) -> dict[str, Any]:
+        """The CEL ``device`` variable, built only for devices a selector is evaluated on."""
+        data = self._device_data.get(signature)
+        if data is None:
+            if len(self._device_data) > _MEMO_LIMIT:
+                self._device_data.clear()
+            data = self._device_data[signature] = device_data(*self._device_raw[signature][0])
+        return data
 
     # --- ResourceClaims and templates ----------------------------------------------------
     def upsert_claim(self, obj: Mapping[str, Any]) -> Changes:
@@ -223,6 +251,8 @@ class DeviceInventory:
 
     def _classes_moved(self) -> Changes:
         self._match.clear()
+        self._fields.clear()
+        self._projected.clear()
         self._checked.clear()
         self._free.clear()
         return Changes({ALL_NODES}, set(self._pods))
@@ -398,14 +428,26 @@ class DeviceInventory:
         return pod is not None and not pod.bound  # held by the pending pod's own demand
 
     def _matches(self, choice: Choice, signature: str) -> bool:
-        known = self._match.get((choice, signature))
+        known = self._match.get((choice.selects, signature))
         if known is None:
-            expressions = (*self._classes.get(choice.class_name, ()), *choice.selectors)
-            result = self.selectors.all_match(expressions, self._device_data[signature])
-            if isinstance(result, str):
-                self.last_error = f"{choice.class_name}: {result}"
-            known = result is True  # an expression that fails to evaluate selects nothing
-            self._match[(choice, signature)] = known
+            if choice.selects not in self._fields:
+                expressions = (*self._classes.get(choice.class_name, ()), *choice.selectors)
+                self._fields[choice.selects] = fields_read(expressions)
+            fields = self._fields[choice.selects]
+            driver, attributes, capacity = self._device_raw[signature][0]
+            projected = project_raw(driver, attributes, capacity, fields) if fields is not None else None
+            key = (choice.selects, signature if projected is None else projected)
+            known = self._projected.get(key)
+            if known is None:
+                if len(self._projected) > _MEMO_LIMIT or len(self._match) > _MEMO_LIMIT:
+                    self._projected.clear()
+                    self._match.clear()
+                expressions = (*self._classes.get(choice.class_name, ()), *choice.selectors)
+                result = self.selectors.all_match(expressions, self._data(signature))
+                if isinstance(result, str):
+                    self.last_error = f"{choice.class_name}: {result}"
+                known = self._projected[key] = result is True  # an expression that fails selects nothing
+            self._match[(choice.selects, signature)] = known
         return known
 
     def _nodes_of(self, idents: tuple[Ident, ...]) -> set[str]:

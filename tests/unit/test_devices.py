@@ -204,3 +204,28 @@ async def test_a_required_rack_gang_goes_to_the_rack_with_enough_device_nodes() 
     names = dra_gang(world, "g", 3, 8, required="rack")
     placed = {world.filter(n).passing[0] for n in names}
     assert placed == set(rack_b)
+
+
+def test_devices_alike_in_what_a_selector_reads_share_one_evaluation() -> None:
+    """Real drivers give every device its own uuid; a class that reads only the model must not
+    evaluate its CEL once per device."""
+    inventory = DeviceInventory()
+    inventory.upsert_class(device_class(expression=f'device.driver == "{DRIVER}" && '
+                                                   f'device.attributes["{DRIVER}"].model == "a100"'))
+    inventory.upsert_template(template("t", exactly(1)))
+    for n in range(50):
+        obj = resource_slice(f"n{n}", 8, model="a100" if n % 2 else "h100")
+        for i, device in enumerate(obj["spec"]["devices"]):
+            device["attributes"]["uuid"] = {"string": f"GPU-{n}-{i}"}
+        inventory.upsert_slice(obj)
+    evaluations = []
+    evaluate = inventory.selectors.all_match
+    inventory.selectors.all_match = lambda e, d: evaluations.append(d) or evaluate(e, d)  # type: ignore[method-assign]
+    free = [inventory.node_free(f"n{n}").get(KIND, 0) for n in range(50)]
+    assert free == [0, 8] * 25
+    assert len(evaluations) == 2  # one a100, one h100
+    # A selector that reads more than named fields is evaluated for each distinct device.
+    inventory.upsert_class(device_class(expression='device.attributes.size() > 0'))
+    evaluations.clear()
+    assert [inventory.node_free(f"n{n}").get(KIND, 0) for n in range(3)] == [8, 8, 8]
+    assert len(evaluations) == 24
