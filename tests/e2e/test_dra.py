@@ -20,8 +20,9 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from .dra import DEVICES_PER_NODE, ClaimMonitor, DraDevices, names
+from .dra import DEVICES_PER_NODE, ClaimMonitor, DraDevices, is_allocated, names
 from .scenario import Scenario
+from .test_reservations import wait_held
 
 pytestmark = pytest.mark.e2e
 
@@ -236,4 +237,38 @@ def test_dra_required_rack_gang_binds_inside_the_rack_with_enough_devices(scenar
         f"gang 'racked' must take one device node each in rack {rack_b} ({b_nodes}): {placement}")
     dra.check_allocations(placement, DEVICES_PER_NODE)
     sc.record("racks", {"devices_in": {rack_a: a_nodes, rack_b: b_nodes}, "bound_in": sorted(used_racks)})
+    sc.finish()
+
+
+# ------------------------------------------------------------------------------ (g)
+def test_dra_claims_of_a_released_gang_are_freed_within_one_attempt(scenario: Scenario, dra: DraDevices,
+                                                                    claim_monitor: ClaimMonitor) -> None:
+    """A gang held at bind has its members' claims allocated (kube-scheduler allocates in PreBind,
+    before it asks Quorum to bind). When the reservation goes, those members are refused at bind and
+    answered "no node" on their next attempt, so kube-scheduler's PostFilter frees the devices: a
+    waiting gang holds no devices. Then the gang binds whole once its last member can be scheduled."""
+    sc = scenario
+    nodes = pick_nodes(sc, 4)
+    dra.add_nodes(nodes, DEVICES_PER_NODE)
+    # The last member cannot pass kube-scheduler's own filters: the others wait for it at bind.
+    dra.gang("held", 4, devices=DEVICES_PER_NODE, blocked=[3])
+    survivors = [f"held-{i}" for i in range(3)]
+    wait_held(sc, "held", 3)
+    dra.wait_allocated(survivors, timeout=20)
+    sc.delete(["held-3"])
+    released = time.monotonic()
+
+    def freed() -> bool:
+        claims = dra.claims_of(survivors)
+        return all(not any(is_allocated(c) for c in claims[p]) for p in survivors)
+
+    sc.wait_for("the released members' claims deallocated", freed, timeout=MAX_HELD_SECONDS)
+    sc.record("claims_freed_after_release_seconds", round(time.monotonic() - released, 2))
+    sc.assert_unbound_for(survivors, 2, what="members of the released gang")
+    sc.record("claims_held_while_unbound", claim_monitor.report())
+
+    sc.create([dra.pod("held-3", devices=DEVICES_PER_NODE, gang="held", min_count=4)])
+    placement = sc.wait_bound([*survivors, "held-3"], timeout=60, what="gang 'held' bound once whole")
+    assert sorted(placement.values()) == sorted(nodes), f"one member per device node, got {placement}"
+    dra.check_allocations(placement, DEVICES_PER_NODE)
     sc.finish()
