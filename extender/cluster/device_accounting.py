@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from .device_demand import is_device_key
+from .device_demand import field_of, is_device_key
 from .devices import ALL_NODES, Changes, DeviceInventory
 from .records import PodRecord
 from .resources import Resources, add
@@ -25,7 +25,7 @@ class DeviceAccounting:
     def _with_devices(self, record: PodRecord, obj: dict[str, Any]) -> set[str]:
         """Add a pending pod's device demand to its requests; returns the nodes whose free devices
         moved (a pod whose claims changed binding state), told after the pod's own events."""
-        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        spec, status = field_of(obj, "spec"), field_of(obj, "status")
         if not spec.get("resourceClaims") and not self.devices.has_pod(record.uid):
             return set()
         changes = self.devices.set_pod(record.uid, record.namespace, spec, status, bound=not record.pending)

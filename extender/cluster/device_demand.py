@@ -158,9 +158,21 @@ def is_device_key(name: str) -> bool:
 Ident = tuple[str, str, str]  # driver, pool, device name
 
 
+def field_of(obj: Any, name: str) -> Mapping[str, Any]:
+    """A nested object, or an empty one when it is missing or not an object: these objects come
+    from anyone with create rights, and one odd field must not stop the rest from being read."""
+    value = obj.get(name) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, Mapping) else {}
+
+
+def items_of(obj: Any, name: str) -> list[Any]:
+    """A nested list, or an empty one when it is missing or not a list."""
+    value = obj.get(name) if isinstance(obj, Mapping) else None
+    return value if isinstance(value, list) else []
+
+
 def meta_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
-    return meta if isinstance(meta, Mapping) else {}
+    return field_of(obj, "metadata")
 
 
 def name_of(obj: Mapping[str, Any]) -> str:
@@ -173,11 +185,9 @@ def key_of(obj: Mapping[str, Any]) -> str:
 
 
 def allocated_devices(obj: Mapping[str, Any]) -> tuple[Ident, ...]:
-    allocation = (obj.get("status") or {}).get("allocation")
-    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
-    results = devices.get("results") if isinstance(devices, Mapping) else None
+    devices = field_of(field_of(field_of(obj, "status"), "allocation"), "devices")
     out = []
-    for result in results if isinstance(results, list) else ():
+    for result in items_of(devices, "results"):
         if isinstance(result, Mapping):
             ident = (result.get("driver"), result.get("pool"), result.get("device"))
             if all(isinstance(part, str) for part in ident):
@@ -187,24 +197,28 @@ def allocated_devices(obj: Mapping[str, Any]) -> tuple[Ident, ...]:
 
 def claim_users(obj: Mapping[str, Any]) -> frozenset[str]:
     """The pods a claim belongs to: its owner (a claim made from a template) and its reservedFor."""
-    uids = {ref.get("uid") for ref in meta_of(obj).get("ownerReferences") or ()
-            if isinstance(ref, Mapping) and ref.get("kind") == "Pod"}
-    uids |= {ref.get("uid") for ref in (obj.get("status") or {}).get("reservedFor") or ()
-             if isinstance(ref, Mapping) and ref.get("resource", "pods") == "pods"}
+    owners = [ref for ref in items_of(meta_of(obj), "ownerReferences")
+              if isinstance(ref, Mapping) and ref.get("kind") == "Pod"]
+    reserved = [ref for ref in items_of(field_of(obj, "status"), "reservedFor")
+                if isinstance(ref, Mapping) and ref.get("resource", "pods") == "pods"]
+    uids = (ref.get("uid") for ref in owners + reserved)
     return frozenset(uid for uid in uids if isinstance(uid, str) and uid)
 
 
 def pod_claim_refs(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """Per pod claim: the claim it names or was given (from status), and its template."""
-    made = {s.get("name"): s.get("resourceClaimName") for s in status.get("resourceClaimStatuses") or ()
-            if isinstance(s, Mapping)}
+    made: dict[str, Any] = {}
+    for entry in items_of(status, "resourceClaimStatuses"):
+        if isinstance(entry, Mapping) and isinstance(entry.get("name"), str):
+            made[entry["name"]] = entry.get("resourceClaimName")
     refs = []
-    for ref in spec.get("resourceClaims") or ():
+    for ref in items_of(spec, "resourceClaims"):
         if not isinstance(ref, Mapping):
             continue
         claim, template = ref.get("resourceClaimName"), ref.get("resourceClaimTemplateName")
         if isinstance(template, str) and template:
-            given = made.get(ref.get("name"))
+            name = ref.get("name")
+            given = made.get(name) if isinstance(name, str) else None
             refs.append((given if isinstance(given, str) else "", template))
         elif isinstance(claim, str) and claim:
             refs.append((claim, ""))

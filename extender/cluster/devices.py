@@ -37,6 +37,8 @@ from .device_demand import (
     add_demand,
     allocated_devices,
     claim_users,
+    field_of,
+    items_of,
     key_of,
     name_of,
     parse_requests,
@@ -80,6 +82,7 @@ class DeviceInventory:
         # signature -> (driver, attributes, capacity) of the devices that have it, and how many do
         self._device_raw: dict[str, list[Any]] = {}
         self._device_data: dict[str, dict[str, Any]] = {}  # signature -> the CEL ``device`` variable
+        self._unencodable = 0
         self._claims: dict[str, _Claim] = {}
         self._allocated: dict[Ident, str] = {}  # device -> claim key
         self._templates: dict[str, tuple[Request, ...]] = {}
@@ -101,13 +104,13 @@ class DeviceInventory:
     def upsert_slice(self, obj: Mapping[str, Any]) -> Changes:
         name = name_of(obj)
         changed = self._drop_slice(name)
-        spec = obj.get("spec") or {}
+        spec = field_of(obj, "spec")
         node, driver = spec.get("nodeName"), spec.get("driver")
-        pool = (spec.get("pool") or {}).get("name")
+        pool = field_of(spec, "pool").get("name")
         if not (isinstance(node, str) and node and isinstance(driver, str) and isinstance(pool, str)):
             return Changes(changed, set())  # not node-local: not counted (README, "DRA devices")
         idents = []
-        for device in spec.get("devices") or ():
+        for device in items_of(spec, "devices"):
             if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
                 continue
             ident = (driver, pool, device["name"])
@@ -143,8 +146,12 @@ class DeviceInventory:
 
     def _signature(self, driver: str, device: Mapping[str, Any]) -> str:
         """Identical devices share one signature, so a selector is evaluated once for all of them."""
-        attributes, capacity = device.get("attributes") or {}, device.get("capacity") or {}
-        signature = orjson.dumps([driver, attributes, capacity], option=orjson.OPT_SORT_KEYS).decode()
+        attributes, capacity = field_of(device, "attributes"), field_of(device, "capacity")
+        try:
+            signature = orjson.dumps([driver, attributes, capacity], option=orjson.OPT_SORT_KEYS).decode()
+        except (orjson.JSONEncodeError, TypeError):  # keys or numbers JSON cannot hold: alike only to itself
+            self._unencodable += 1
+            signature = f"{driver}\0#{self._unencodable}"
         held = self._device_raw.get(signature)
         if held is None:
             self._device_raw[signature] = [(driver, attributes, capacity), 1]
@@ -202,8 +209,7 @@ class DeviceInventory:
     def upsert_template(self, obj: Mapping[str, Any]) -> Changes:
         key = key_of(obj)
         old = self._templates.get(key, ())
-        spec = obj.get("spec") or {}
-        requests = parse_requests(spec.get("spec") if isinstance(spec, Mapping) else None)
+        requests = parse_requests(field_of(field_of(obj, "spec"), "spec"))
         self._templates[key] = requests
         return Changes(self._reference(old, requests), set(self._template_users.get(key, ())))
 
@@ -237,7 +243,7 @@ class DeviceInventory:
 
     # --- DeviceClasses -------------------------------------------------------------------
     def upsert_class(self, obj: Mapping[str, Any]) -> Changes:
-        selectors = selectors_of((obj.get("spec") or {}).get("selectors"))
+        selectors = selectors_of(field_of(obj, "spec").get("selectors"))
         name = name_of(obj)
         if self._classes.get(name) == selectors:
             return Changes(set(), set())

@@ -21,6 +21,7 @@ from extender.adapters import wire
 from extender.topology.scoring import ScoreTable
 from tests.fuzz.corpus import VERBS, bases
 from tests.fuzz.harness import Harness, Totals, describe, fuzz
+from tests.unit.json_values import json_values, paths
 
 pytestmark = pytest.mark.fuzz
 
@@ -84,26 +85,10 @@ async def test_ever_new_node_names_pods_and_victims_leave_nothing_behind() -> No
 
 # --------------------------------------------------------------------------- wire properties
 
-_json = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20),
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
-    max_leaves=12,
-)
+_json = json_values()
 _PARSERS = {"filter": wire.parse_extender_args, "bind": wire.parse_binding_args,
             "preempt": wire.parse_preemption_args}
 _BASES = {verb: [orjson.dumps(doc) for doc in docs] for verb, docs in bases().items()}
-
-
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            out += _paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            out += _paths(value, (*prefix, i))
-    return out
 
 
 @st.composite
@@ -114,10 +99,10 @@ def _requests(draw: st.DrawFn) -> tuple[str, bytes]:
     if verb == "filter" and draw(st.booleans()):  # node names of any text at all
         doc["NodeNames"] = draw(st.lists(st.text(max_size=12), max_size=8))
     for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(doc)
-        if not paths:
+        where = paths(doc)
+        if not where:
             break
-        path = draw(st.sampled_from(paths))
+        path = draw(st.sampled_from(where))
         parent = doc
         for step in path[:-1]:
             parent = parent[step]
