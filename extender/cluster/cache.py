@@ -408,6 +408,7 @@ class ClusterCache(DeviceAccounting):
             "nodes": len(self.nodes),
             "pods": len(self.pods),
             "podgroups": self.declarations.object_count(),  # gangs declared by objects, of any API
+            **self.devices.counts(),  # DRA: slices, claims, classes, and the device kinds asked for
         }
 
 

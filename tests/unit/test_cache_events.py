@@ -22,7 +22,8 @@ def test_counts(cache: ClusterCache) -> None:
     cache.upsert_pod(make_pod("w0", "u0"))
     cache.upsert_pod(make_pod("w1", "u1", node=N0, phase="Running"))
     cache.upsert_podgroup(make_podgroup("train-a", 2))
-    assert cache.counts() == {"nodes": 8, "pods": 2, "podgroups": 1}
+    assert cache.counts() == {"nodes": 8, "pods": 2, "podgroups": 1, "resourceslices": 0,
+                              "resourceclaims": 0, "deviceclasses": 0, "device_kinds": 0}
 
 
 def test_capacity_version_moves_only_when_free_capacity_can_change(cache: ClusterCache) -> None:

@@ -274,7 +274,8 @@ async def test_debug_gangs_is_json(stack: Stack) -> None:
     assert resp.status == 200
     assert resp.content_type == "application/json"
     doc = json.loads(await resp.read())
-    assert doc["cache"] == {"nodes": 8, "pods": 1, "podgroups": 1}
+    assert doc["cache"] == {"nodes": 8, "pods": 1, "podgroups": 1, "resourceslices": 0,
+                            "resourceclaims": 0, "deviceclasses": 0, "device_kinds": 0}
     assert [g["gang"] for g in doc["gangs"]] == ["ml/train-a"]
     assert doc["gangs"][0]["phase"] == "WaitingForMembers"
     assert doc["reservedPods"] == 0
