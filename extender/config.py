@@ -49,6 +49,7 @@ class Lifecycle:
     backoff_jitter: float = 0.1  # up to this fraction of the delay is added at random
     backoff_limit_count: int | None = None  # requeues before the gang is deactivated; None = no limit
     replace_outside_domain: bool = False  # replacements that no longer fit the domain: re-place whole
+    started_config_maps: bool = False  # write the gang-started ConfigMaps gangs ask for (needs RBAC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +211,8 @@ def _off_or_seconds(raw: Mapping[str, Any], key: str) -> float:
 
 def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
     _check_keys(raw, {"podsReadyTimeoutSeconds", "recoveryTimeoutSeconds", "backoffBaseSeconds",
-                      "backoffMaxSeconds", "backoffJitter", "backoffLimitCount", "replaceOutsideDomain"},
+                      "backoffMaxSeconds", "backoffJitter", "backoffLimitCount", "replaceOutsideDomain",
+                      "startedConfigMaps"},
                 "lifecycle")
     jitter = raw.get("backoffJitter", 0.1)
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
@@ -229,6 +231,7 @@ def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
         backoff_jitter=float(jitter),
         backoff_limit_count=limit,
         replace_outside_domain=replace_outside,
+        started_config_maps=_flag(raw, "startedConfigMaps", "lifecycle", False),
     )
     if result.backoff_max_seconds < result.backoff_base_seconds:
         raise ConfigError("lifecycle.backoffMaxSeconds: must be >= lifecycle.backoffBaseSeconds")

@@ -447,6 +447,10 @@ kubectl_admin apply -f "$CLUSTER_DIR/nodes.yaml" >/dev/null
 
 # --- Quorum's identity ------------------------------------------------------------
 kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" >/dev/null
+if grep -Eq '^[[:space:]]*startedConfigMaps:[[:space:]]*true' "$QUORUM_CONFIG"; then
+  # The gang-started ConfigMaps are on in this configuration: grant them as an install would.
+  kubectl_admin apply -f "$ROOT/manifests/started-configmaps.yaml" >/dev/null
+fi
 QUORUM_KUBECONFIG_FILE="$CLUSTER_DIR/quorum.kubeconfig"
 token="$(kubectl_admin -n quorum-system create token quorum --duration 720h)"
 write_kubeconfig "$QUORUM_KUBECONFIG_FILE" quorum token "$token"

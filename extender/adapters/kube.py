@@ -357,6 +357,38 @@ class KubeClient:
                         extra={"pod": f"{namespace}/{name}", "error": _message(status, text)})
         return status == 200
 
+    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
+                                      data: dict[str, str]) -> bool:
+        """Server-side apply the gang-started ConfigMap (owned by the gang's object, so it goes with
+        it); True when written. Failures are logged: the Event and condition still tell the start."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                                "labels": {"app.kubernetes.io/managed-by": "quorum"}}
+        if owner is not None and owner.uid:
+            meta["ownerReferences"] = [{"apiVersion": owner.api_version, "kind": owner.kind,
+                                        "name": owner.name, "uid": owner.uid}]
+        body = orjson.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=quorum&force=true"
+        status = await self._configmap_write("PATCH", path, body, "application/apply-patch+yaml", name)
+        return status in (200, 201)
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        status = await self._configmap_write("DELETE", path, b"", "application/json", name)
+        return status in (200, 202, 404)
+
+    async def _configmap_write(self, method: str, path: str, body: bytes, content_type: str,
+                               name: str) -> int:
+        try:
+            status, text = await self.write(method, path, body, content_type)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("writing the gang-started ConfigMap failed",
+                        extra={"configmap": name, "error": str(exc)})
+            return 0
+        if status not in (200, 201, 202, 404):
+            log.warning("writing the gang-started ConfigMap failed",
+                        extra={"configmap": name, "error": _message(status, text)})
+        return status
+
     async def _patch_podgroup(self, gang: str, what: str, path: str, body: dict[str, Any],
                               content_type: str) -> int:
         """PATCH a PodGroup; 0 when the apiserver was not reached. Failures other than 404 (the

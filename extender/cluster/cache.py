@@ -269,8 +269,8 @@ class ClusterCache(DeviceAccounting):
             old is None or old.gang_key != gang_key or not old.counts_for_quorum
         ):
             self._emit(CacheEvent(MEMBER_READY, gang_key, record))
-        if gang_key and record.node_name and old is not None and (old.ready, old.succeeded) != (
-            record.ready, record.succeeded
+        if gang_key and record.node_name and old is not None and (old.ready, old.succeeded, old.started) != (
+            record.ready, record.succeeded, record.started
         ):
             self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
         if changed_gang:

@@ -70,6 +70,11 @@ def _meta(obj: Mapping[str, Any]) -> tuple[str, str, dict[str, Any], dict[str, A
             meta.get("labels") or {}, meta.get("annotations") or {})
 
 
+def _uid(obj: Mapping[str, Any]) -> str:
+    uid = (obj.get("metadata") or {}).get("uid")
+    return uid if isinstance(uid, str) else ""
+
+
 def gang_key_of_pod(pod: Mapping[str, Any]) -> str | None:
     """The gang a pod belongs to, or None for a pod outside any gang.
 
@@ -190,7 +195,8 @@ def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangS
         required_topology=required or None, priority=int32(spec.get("priority")),
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
         source=f"{api_version} PodGroup",
-        home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, conditions=True),
+        home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, conditions=True,
+                      uid=_uid(obj)),
     )
 
 
@@ -233,5 +239,5 @@ def spec_from_crd_podgroup(obj: Mapping[str, Any], api_version: str) -> GangSpec
         bind_timeout=bind_timeout,
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
         source=f"{api_version} PodGroup ({kind})",
-        home=GangHome(api_version, "PodGroup", "podgroups", namespace, name),
+        home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, uid=_uid(obj)),
     )

@@ -7,6 +7,7 @@ The other conventions (native APIs, coscheduling, Volcano, Koordinator, Kueue) a
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,6 +22,9 @@ ANNOTATION_REQUEUE = ANNOTATION_PREFIX + "requeue"
 ANNOTATION_PODS_READY_TIMEOUT = ANNOTATION_PREFIX + "pods-ready-timeout-seconds"
 ANNOTATION_RECOVERY_TIMEOUT = ANNOTATION_PREFIX + "recovery-timeout-seconds"
 ANNOTATION_REPLACE_OUTSIDE_DOMAIN = ANNOTATION_PREFIX + "replace-outside-domain"
+# The ConfigMap Quorum writes once every member started (the startup barrier, gang/started.py).
+ANNOTATION_STARTED_CONFIGMAP = ANNOTATION_PREFIX + "started-configmap"
+_CONFIGMAP_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
 # Quorum's bookkeeping on a PodGroup (written by Quorum, read back after a restart).
 ANNOTATION_REQUEUES = ANNOTATION_PREFIX + "requeue-count"
 ANNOTATION_BACKOFF_UNTIL = ANNOTATION_PREFIX + "requeue-backoff-until"  # wall-clock seconds
@@ -72,6 +76,9 @@ def lifecycle_overrides(annotations: Mapping[str, Any]) -> dict[str, Any]:
     flag = str(annotations.get(ANNOTATION_REPLACE_OUTSIDE_DOMAIN, "")).lower()
     if flag in ("true", "false"):
         out["replace_outside_domain"] = flag == "true"
+    configmap = annotations.get(ANNOTATION_STARTED_CONFIGMAP)
+    if isinstance(configmap, str) and _CONFIGMAP_NAME.fullmatch(configmap):
+        out["started_configmap"] = configmap
     return out
 
 

@@ -7,7 +7,7 @@ quorum and scoring read, already converted to integers and tuples.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .resources import PODS, Resources, parse_resource_list, pod_requests
@@ -42,6 +42,7 @@ class PodRecord:
     priority: int = 0  # spec.priority (admission resolves priorityClassName into it)
     preempts: bool = True  # spec.preemptionPolicy is not Never
     nominated_node: str = ""  # status.nominatedNodeName: where kube-scheduler's preemption made room
+    started: bool = False  # status.startTime set: a kubelet took the pod (init containers may still run)
 
     @property
     def key(self) -> str:
@@ -79,6 +80,9 @@ class GangHome:
     namespace: str
     name: str
     conditions: bool = False  # Quorum owns conditions in its status (native PodGroups only)
+    # For owner references (the gang-started ConfigMap goes with its PodGroup); not part of which
+    # object it is by name, so a home compares equal before and after its uid is known.
+    uid: str = field(default="", compare=False)
 
     @property
     def path(self) -> str:
@@ -110,6 +114,7 @@ class GangSpec:
     pods_ready_timeout: float | None = None  # per-gang override of lifecycle.podsReadyTimeoutSeconds
     recovery_timeout: float | None = None  # per-gang override of lifecycle.recoveryTimeoutSeconds
     replace_outside_domain: bool | None = None  # per-gang override of lifecycle.replaceOutsideDomain
+    started_configmap: str = ""  # the ConfigMap Quorum writes once every member started ("" = none)
     # Quorum's own bookkeeping, kept on the PodGroup so that it survives a restart (not declared
     # by the user: a change here is not a declaration change).
     requeues: int = 0
@@ -120,7 +125,8 @@ class GangSpec:
         """What the user declared: a change here re-derives the gang (and reactivates it)."""
         return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
                 self.slice_topology, self.slice_size, self.min_resources, self.bind_timeout,
-                self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain)
+                self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain,
+                self.started_configmap)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:
@@ -179,6 +185,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         priority=int32(spec.get("priority")),
         preempts=spec.get("preemptionPolicy") != "Never",
         nominated_node=nominated if isinstance(nominated := status.get("nominatedNodeName"), str) else "",
+        started=bool(status.get("startTime")),
     )
 
 

@@ -62,6 +62,15 @@ class ClusterActions(Protocol):
         """Set (None: remove) bookkeeping annotations on a pod; whether it was written."""
         ...
 
+    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
+                                      data: dict[str, str]) -> bool:
+        """Create or update the gang-started ConfigMap (owned by the gang's object when it has one)."""
+        ...
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        """Delete it (a gang that starts over); a ConfigMap already gone is success."""
+        ...
+
 
 class Reporter(Protocol):
     """Where the core's Events go (``reporting.Reporter``): about a gang, or about one pod."""

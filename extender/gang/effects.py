@@ -26,6 +26,7 @@ CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 CONDITION_PODS_READY = "quorum.dev/PodsReady"
 CONDITION_RECOVERING = "quorum.dev/Recovering"
 CONDITION_DEACTIVATED = "quorum.dev/Deactivated"
+CONDITION_STARTED = "quorum.dev/GangStarted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,4 +79,11 @@ class NoActions:
         return True
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+        return True
+
+    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
+                                      data: dict[str, str]) -> bool:
+        return True
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
         return True

@@ -30,6 +30,7 @@ from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
 from .retry import Retry
+from .started import StartedSignal
 from .state import GangState, Phase
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,7 @@ class Lifecycle:
         self.core = core
         self.retry = retry
         self._rand = rand
+        self.started_signal = StartedSignal(core)
         core.observers.append(self.on_phase)
 
     # ------------------------------------------------------------------ settings
@@ -114,6 +116,7 @@ class Lifecycle:
             self._cancel(state, ready=True)
             log.info("gang pods ready", extra={"gang": key})
             core.note(state, "PodsReady", f"gang {key}: {min_count} members Ready")
+        self.started_signal.review(state)
 
     # ------------------------------------------------------------------ deadlines
     def _arm_ready(self, state: GangState) -> None:
@@ -174,6 +177,7 @@ class Lifecycle:
         core.release(state, reason, "requeue")
         self._cancel(state, ready=True, recovery=True)
         state.started = state.pods_ready = False
+        self.started_signal.reset(state)
         state.recovering_since = 0.0
         limit = core.config.lifecycle.backoff_limit_count
         core.metrics.requeues.labels(why).inc()
@@ -321,6 +325,7 @@ class Lifecycle:
     def forget_start(self, state: GangState) -> None:
         """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
         state.started = state.pods_ready = state.completing = False
+        self.started_signal.reset(state)
         state.recovering_since = 0.0
         self._cancel(state, ready=True, recovery=True)
 

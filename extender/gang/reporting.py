@@ -17,6 +17,7 @@ from .effects import (
     CONDITION_INITIALLY_SCHEDULED,
     CONDITION_PODS_READY,
     CONDITION_RECOVERING,
+    CONDITION_STARTED,
     NORMAL,
     WARNING,
     GangCondition,
@@ -121,6 +122,9 @@ class Reporter:
             out.append(GangCondition(CONDITION_PODS_READY, False, why, text))
         elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in state.conditions:
             out.append(GangCondition(CONDITION_PODS_READY, False, "Requeued", text))
+        if state.members_started or CONDITION_STARTED in state.conditions:
+            out.append(GangCondition(CONDITION_STARTED, state.members_started,
+                                     "AllMembersStarted" if state.members_started else "NotStarted", text))
         recovering = state.phase == Phase.RECOVERING
         if recovering or CONDITION_RECOVERING in state.conditions:
             out.append(GangCondition(CONDITION_RECOVERING, recovering,

@@ -132,6 +132,7 @@ class GangState:
     # (wall of the clock); when it fell below minCount; its pending readiness/recovery deadline.
     started: bool = False
     pods_ready: bool = False
+    members_started: bool = False  # at least minCount members started (the gang-started signal)
     completing: bool = False  # a member succeeded: the gang is finishing, not failing
     recovering_since: float = 0.0
     was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)

@@ -81,6 +81,7 @@ class Kube:
         self.core = client.CoreV1Api(self.api)
         self.batch = client.BatchV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
 
     def fork(self) -> Kube:
         """A client with its own connection pool (for a background thread)."""

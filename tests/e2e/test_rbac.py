@@ -1,7 +1,8 @@
 """Quorum's identity, checked by the real authorizer and admission chain.
 
 - The rules the apiserver grants Quorum's ServiceAccount (SelfSubjectRulesReview, less what any
-  ServiceAccount gets) are exactly the ClusterRole in manifests/quorum-rbac.yaml.
+  ServiceAccount gets) are exactly the ClusterRole in manifests/quorum-rbac.yaml (and the one in
+  manifests/started-configmaps.yaml when the cluster installed it).
 - Everything Quorum asked the apiserver for during the suite (its audit log: the local apiserver
   audits that account's requests, see hack/cluster-up.sh) is inside those rules, and nothing it
   asked for was forbidden. Grants not used in this run are recorded.
@@ -32,6 +33,8 @@ from .scenario import Scenario
 pytestmark = pytest.mark.e2e
 
 RBAC_FILE = REPO_ROOT / "manifests" / "quorum-rbac.yaml"
+STARTED_FILE = REPO_ROOT / "manifests" / "started-configmaps.yaml"
+STARTED_ROLE = "quorum-started-configmaps"
 QUORUM_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "quorum.kubeconfig"
 LOCAL_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "kubeconfig"
 APISERVER_LOG = REPO_ROOT / ".cache" / "cluster" / "logs" / "kube-apiserver.log"
@@ -43,10 +46,23 @@ QUORUM_USER_AGENT = "quorum-extender"  # extender/adapters/kube.py
 Grant = tuple[str, str, str]  # (apiGroup, resource[/subresource], verb)
 
 
-def documented() -> set[Grant]:
-    docs = [d for d in yaml.safe_load_all(RBAC_FILE.read_text()) if d]
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "quorum"]
+def role_rules(path: Path, name: str) -> set[Grant]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name]
     return expand(role["rules"])
+
+
+def documented(kube: Kube) -> set[Grant]:
+    """The base ClusterRole, and the gang-started ConfigMaps' when this cluster installed them
+    (cluster-up does when Quorum's configuration turns them on)."""
+    rules = role_rules(RBAC_FILE, "quorum")
+    try:
+        kube.rbac.read_cluster_role_binding(STARTED_ROLE, _request_timeout=30)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return rules
+    return rules | role_rules(STARTED_FILE, STARTED_ROLE)
 
 
 def expand(rules: Iterable[dict[str, Any]]) -> set[Grant]:
@@ -94,9 +110,10 @@ def test_quorums_granted_rules_are_the_documented_ones(scenario: Scenario,
     finally:
         baseline_api.close()
     quorum = granted(quorum_api, sc.ns) - baseline
-    assert quorum == documented() - baseline, (
-        f"granted but not documented: {sorted(quorum - documented())}; "
-        f"documented but not granted: {sorted(documented() - baseline - quorum)}")
+    rules = documented(sc.kube)
+    assert quorum == rules - baseline, (
+        f"granted but not documented: {sorted(quorum - rules)}; "
+        f"documented but not granted: {sorted(rules - baseline - quorum)}")
     sc.record("grants", len(quorum))
     sc.finish()
 
@@ -148,7 +165,7 @@ def test_quorum_asked_only_for_what_it_is_granted_and_was_never_refused(scenario
     events = audited()
     assert events, "Quorum made requests during the suite; the audit log has none of them"
     used = {as_grant(e) for e in events}
-    rules = documented()
+    rules = documented(scenario.kube)
     starts = apiserver_starts()
     refused = [e for e in events if (e.get("responseStatus") or {}).get("code") == 403]
     transient = [e for e in refused if as_grant(e) in rules and just_started(e, starts)]

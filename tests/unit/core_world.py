@@ -359,6 +359,13 @@ class FakeActions:
             self.api.cache.upsert_pod(obj)
         return True
 
+    async def write_started_configmap(self, namespace: str, name: str, owner: Any,
+                                      data: dict[str, str]) -> bool:
+        return self.alive
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        return self.alive
+
     async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
         """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
         name = home.name

@@ -72,6 +72,8 @@ class FakeActions:
         self.conditions: dict[str, list[GangCondition]] = {}  # "namespace/name" -> last applied
         self.annotations: dict[str, dict[str, str]] = {}  # "namespace/name" -> annotations as merged
         self.pod_annotations: dict[str, dict[str, str]] = {}  # the same for pods
+        self.configmaps: dict[str, dict[str, Any]] = {}  # gang-started ConfigMaps: "ns/name" -> owner, data
+        self.deleted_configmaps: list[str] = []
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
@@ -105,6 +107,16 @@ class FakeActions:
     async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
         namespace, name = home.namespace, home.name
         merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
+        return True
+
+    async def write_started_configmap(self, namespace: str, name: str, owner: Any,
+                                      data: dict[str, str]) -> bool:
+        self.configmaps[f"{namespace}/{name}"] = {"owner": owner, "data": dict(data)}
+        return True
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        self.configmaps.pop(f"{namespace}/{name}", None)
+        self.deleted_configmaps.append(f"{namespace}/{name}")
         return True
 
     @property

@@ -206,6 +206,7 @@ INVALID = [
     ("lifecycle.backoffLimitCount", -1, "lifecycle.backoffLimitCount"),
     ("lifecycle.backoffLimitCount", 1.5, "lifecycle.backoffLimitCount"),
     ("lifecycle.replaceOutsideDomain", "yes", "lifecycle.replaceOutsideDomain"),
+    ("lifecycle.startedConfigMaps", "yes", "lifecycle.startedConfigMaps"),
     ("lifecycle.timeout", 5, "lifecycle.timeout"),
     ("starvation.claimAfterSeconds", -1, "starvation.claimAfterSeconds"),
     ("starvation.claimAfterSeconds", "1m", "starvation.claimAfterSeconds"),
@@ -396,8 +397,10 @@ def test_lifecycle_section_is_read_and_its_timeouts_are_off_by_default() -> None
     config = from_mapping({"lifecycle": {"podsReadyTimeoutSeconds": 300, "recoveryTimeoutSeconds": 0,
                                          "backoffBaseSeconds": 30, "backoffMaxSeconds": 600,
                                          "backoffJitter": 0, "backoffLimitCount": 2,
-                                         "replaceOutsideDomain": True}})
+                                         "replaceOutsideDomain": True, "startedConfigMaps": True}})
     life = config.lifecycle
     assert (life.pods_ready_timeout_seconds, life.recovery_timeout_seconds) == (300, 0)
     assert (life.backoff_base_seconds, life.backoff_max_seconds, life.backoff_jitter) == (30, 600, 0)
     assert (life.backoff_limit_count, life.replace_outside_domain) == (2, True)
+    assert life.started_config_maps is True
+    assert from_mapping({}).lifecycle.started_config_maps is False

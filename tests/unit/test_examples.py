@@ -107,6 +107,12 @@ NATIVE_PER_JOB_REPLICA = Example(
 
 EXPECTED: dict[str, Example] = {
     "v1beta1/whole-jobset.yaml": NATIVE_WHOLE,
+    "v1beta1/startup-barrier.yaml": Example(
+        objects={"ml/barrier": Gang(3)},
+        members={"barrier-driver": Member("ml/barrier", 1), "barrier-worker-0": Member("ml/barrier", 1),
+                 "barrier-worker-1": Member("ml/barrier", 1)},
+        gangs={"ml/barrier": Gang(3)},
+    ),
     "v1beta1/per-replicated-job.yaml": NATIVE_PER_REPLICATED_JOB,
     "v1beta1/per-job-replica.yaml": NATIVE_PER_JOB_REPLICA,
     "v1alpha2/whole-jobset.yaml": NATIVE_WHOLE,
