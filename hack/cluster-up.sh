@@ -16,6 +16,10 @@
 #   --blocks N --racks N --nodes N   topology: blocks, racks per block, nodes per rack
 #   --cpu Q --memory Q --gpus N --pods N   allocatable of every node
 #   --no-quorum                      do not start Quorum (same as QUORUM_EXTERNAL=1)
+#   --autoscaler                     also run a real cluster-autoscaler (kwok provider), one node
+#                                    group per rack of the same topology, min 0, max
+#                                    AUTOSCALER_MAX [4] nodes (hack/autoscaler-up.sh); combine with
+#                                    --nodes 0 for a cluster that starts without GPU nodes
 #   --manifests DIR                  apply every DIR/*.yaml once the apiserver is ready, before
 #                                    Quorum starts (same as EXTRA_MANIFESTS=DIR); files that
 #                                    define CustomResourceDefinitions go first and are waited on
@@ -44,6 +48,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
+AUTOSCALER="${AUTOSCALER:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
 EXTRA_MANIFESTS="${EXTRA_MANIFESTS:-}"
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
@@ -91,6 +96,7 @@ while (($#)); do
     --gpus) NODE_GPUS="$2"; shift 2 ;;
     --pods) NODE_PODS="$2"; shift 2 ;;
     --no-quorum) QUORUM_EXTERNAL=1; shift ;;
+    --autoscaler) AUTOSCALER=1; shift ;;
     --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
@@ -443,7 +449,9 @@ start kwok "$BIN_DIR/kwok" \
 
 log "creating $node_count nodes ($NODE_BLOCKS blocks x $NODE_RACKS_PER_BLOCK racks x $NODE_NODES_PER_RACK nodes; cpu $NODE_CPU, memory $NODE_MEMORY, nvidia.com/gpu $NODE_GPUS, pods $NODE_PODS)"
 "$ROOT/hack/gen-nodes.sh" >"$CLUSTER_DIR/nodes.yaml"
-kubectl_admin apply -f "$CLUSTER_DIR/nodes.yaml" >/dev/null
+if ((node_count > 0)); then
+  kubectl_admin apply -f "$CLUSTER_DIR/nodes.yaml" >/dev/null
+fi
 
 # --- Quorum's identity ------------------------------------------------------------
 kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" >/dev/null
@@ -475,10 +483,15 @@ wait_for kube-controller-manager "healthy (/healthz)" https_ok "$CONTROLLER_MANA
 wait_for kube-scheduler "healthy (/healthz)" https_ok "$SCHEDULER_PORT" /healthz
 # One list per poll (not one wait per node), and more time for more nodes: about 0.1 s a node
 # on 2 cores while everything else is starting too.
-READY_TIMEOUT=$((READY_TIMEOUT + node_count / 10)) wait_for kwok "all $node_count nodes Ready" \
-  all_nodes_ready "$node_count"
+if ((node_count > 0)); then
+  READY_TIMEOUT=$((READY_TIMEOUT + node_count / 10)) wait_for kwok "all $node_count nodes Ready" \
+    all_nodes_ready "$node_count"
+fi
 if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
   wait_for quorum "ready (/readyz)" curl -sf --max-time 3 "http://127.0.0.1:$QUORUM_PORT/readyz"
+fi
+if [[ "$AUTOSCALER" == 1 ]]; then
+  "$ROOT/hack/autoscaler-up.sh"
 fi
 
 cat >"$CLUSTER_DIR/env" <<EOF

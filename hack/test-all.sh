@@ -51,11 +51,16 @@ first_rc=0
 # e2e_on VERSION TITLE MARKER builds (or reuses) VERSION's binaries, starts the local cluster on
 # it, runs the end-to-end tests selected by MARKER, stops the cluster and adds a summary line.
 # Returns the exit code of the first step that failed (pytest's own code when the tests did).
+# e2e_on VERSION TITLE MARKER [CLUSTER-UP ARGS...]
 e2e_on() {
   local version="$1" title="$2" marker="$3" rc=0 t build_s test_s="-" stage=build result
+  shift 3
   step "$title on Kubernetes $version: building (or reusing) the binaries"
   t=$SECONDS
   K8S_VERSION="$version" bash hack/build-binaries.sh || rc=$?
+  if ((rc == 0)) && [[ " $* " == *" --autoscaler "* ]]; then
+    bash hack/build-autoscaler.sh >/dev/null || rc=$?
+  fi
   build_s=$((SECONDS - t))
   if ((rc == 0)); then
     t=$SECONDS
@@ -63,7 +68,7 @@ e2e_on() {
     step "$title on Kubernetes $version: starting the local cluster"
     # The end-to-end configuration shortens the requeue backoff so lifecycle scenarios run in seconds.
     if K8S_VERSION="$version" QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" \
-        bash hack/cluster-up.sh --manifests tests/e2e/crds; then
+        bash hack/cluster-up.sh --manifests tests/e2e/crds "$@"; then
       stage=pytest
       step "$title on Kubernetes $version: pytest -m \"$marker\""
       K8S_VERSION="$version" KUBECONFIG="$ROOT/.cache/cluster/kubeconfig" \
@@ -95,6 +100,13 @@ for version in "${versions[@]}"; do
   e2e_on "$version" "API-version suite" "e2e and api_suite" || rc=$?
   ((first_rc != 0)) || first_rc=$rc
 done
+
+# Gangs on an autoscaled cluster: a real cluster-autoscaler, two node groups of 2 nodes, no GPU node
+# at the start (tests/e2e/test_autoscaler.py).
+rc=0
+AUTOSCALER_MAX=2 e2e_on "$K8S_VERSION" "autoscaler suite" autoscaler --autoscaler --nodes 0 --blocks 1 --racks 2 \
+  || rc=$?
+((first_rc != 0)) || first_rc=$rc
 
 step "summary"
 printf '%s\n' "${summary[@]}"

@@ -22,7 +22,9 @@ QUORUM_PORT="${QUORUM_PORT:-8888}"
 
 # Components in start order; stopped in reverse.
 # native-scheduler: the second kube-scheduler bench/cluster_bench.py starts, if it is still running.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler kwok quorum)
+# cluster-autoscaler (cluster-up --autoscaler) stops first: on SIGTERM it deletes its nodes.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler kwok quorum
+            cluster-autoscaler)
 
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
