@@ -142,6 +142,12 @@ def scenario(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, setting
     busy = wait_idle(kube, quorum, settings, topology, timeout=60)
     if busy:
         pytest.fail(f"cluster not idle before {request.node.name}: {busy}", pytrace=False)
+    yield from scenario_in(request, kube, quorum, settings, topology)
+
+
+def scenario_in(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum, settings: Settings,
+                topology: Topology) -> Iterator[Scenario]:
+    """A test's own namespace and partial-gang watcher; everything it made is deleted after it."""
     short = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:40].strip("-")
     namespace = f"e2e-{short}-{secrets.token_hex(2)}"
     kube.create_namespace(namespace, {E2E_LABEL: "true"})

@@ -10,8 +10,6 @@ the gang's last node exists.
 
 from __future__ import annotations
 
-import re
-import secrets
 import time
 from collections.abc import Iterator
 from datetime import datetime
@@ -19,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from .cluster import E2E_LABEL, Kube, Quorum, Settings, Topology
-from .conftest import RESULTS, cleanup_namespace
+from .cluster import Kube, Quorum, Settings, Topology
+from .conftest import scenario_in
 from .lifecycle_support import create_podgroup, job_manifest, job_pods
-from .scenario import GangWatcher, Scenario
+from .scenario import Scenario
 
 pytestmark = pytest.mark.autoscaler
 
@@ -42,30 +40,18 @@ def autoscaled_nodes(kube: Kube) -> dict[str, dict[str, Any]]:
 @pytest.fixture
 def autoscaled(request: pytest.FixtureRequest, kube: Kube, quorum: Quorum,
                settings: Settings) -> Iterator[Scenario]:
-    """A scenario on the autoscaled cluster: its own namespace and partial-gang watcher, the
-    topology left empty (the nodes come and go with the autoscaler)."""
-    short = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:40].strip("-")
-    namespace = f"e2e-{short}-{secrets.token_hex(2)}"
-    kube.create_namespace(namespace, {E2E_LABEL: "true"})
-    watcher = GangWatcher(kube.fork(), quorum, namespace)
-    record = RESULTS.setdefault(request.node.nodeid, {}).setdefault("measurements", {}).__setitem__
-    sc = Scenario(settings, kube, quorum, Topology({}), namespace, watcher, record)
-    try:
-        watcher.start()
-        yield sc
-    finally:
-        watcher.stop()
-        problem = cleanup_namespace(kube, namespace)
-    if problem:
-        pytest.fail(f"cleanup of {namespace}: {problem}", pytrace=False)
+    """A scenario on the autoscaled cluster, the topology left empty (the nodes come and go with
+    the autoscaler)."""
+    yield from scenario_in(request, kube, quorum, settings, Topology({}))
 
 
 def test_a_jobset_like_gang_from_zero_gpu_nodes_gets_its_nodes_and_binds_whole(autoscaled: Scenario) -> None:
     """Three Jobs, one PodGroup, 4 pods of a whole node each, and no GPU node at the start."""
     sc = autoscaled
     gpus = GPUS_PER_NODE
-    before = autoscaled_nodes(sc.kube)
-    assert not before, f"the cluster must start without autoscaled nodes: {sorted(before)}"
+    # Nodes of an earlier scenario go once unneeded for 30 s (the local autoscaler's setting).
+    sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
+                interval=2)
     create_podgroup(sc.kube, sc.ns, "jobset", 4, rack_label=None, annotations={})
     jobs = {"driver": 1, "workers-a": 2, "workers-b": 1}
     created = time.time()
