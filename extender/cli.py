@@ -69,7 +69,7 @@ def build(config: cfg.Config) -> web.Application:
     coordinator = Coordinator(config, cache, client, metrics)
     metrics.track_state(coordinator.phase_counts, cache.counts, coordinator.reserved_count,
                         coordinator.queue_counts)
-    informer = Informer(client, cache, metrics)
+    informer = Informer(client, cache, metrics, scale_ups=config.autoscaling.provisioning_requests)
     # Ready while every kind is listed and watched; the informer marks a kind whose watch is down
     # (or whose loop ended) out of sync, which names it in the 503 answer.
     separate = config.metrics_port > 0

@@ -98,6 +98,18 @@ DEFAULT_LEVELS = (
 
 
 @dataclass(frozen=True, slots=True)
+class Autoscaling:
+    """Topology-aware scale-up (off by default: on, Quorum creates ProvisioningRequests).
+
+    A gang with a required domain that fits in no existing one asks cluster-autoscaler for its
+    capacity in one domain, the one where the least is missing, through an atomic request.
+    """
+
+    provisioning_requests: bool = False
+    provisioning_class: str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     host: str = "127.0.0.1"
     port: int = 8888
@@ -112,6 +124,7 @@ class Config:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     starvation: Starvation = field(default_factory=Starvation)
     preemption: Preemption = field(default_factory=Preemption)
+    autoscaling: Autoscaling = field(default_factory=Autoscaling)
     max_request_bytes: int = 32 * 1024 * 1024
     body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
     log_level: str = "info"
@@ -260,6 +273,14 @@ def _preemption(raw: Mapping[str, Any]) -> Preemption:
                       victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0))
 
 
+def _autoscaling(raw: Mapping[str, Any]) -> Autoscaling:
+    _check_keys(raw, {"provisioningRequests", "provisioningClassName"}, "autoscaling")
+    name = raw.get("provisioningClassName", Autoscaling().provisioning_class)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"autoscaling.provisioningClassName: must be a class name, got {name!r}")
+    return Autoscaling(_flag(raw, "provisioningRequests", "autoscaling", False), name)
+
+
 def _tls(raw: Mapping[str, Any]) -> TlsSettings:
     _check_keys(raw, {"certFile", "keyFile", "clientCAFile", "clientNames", "reloadSeconds"}, "listen.tls")
     files = {}
@@ -282,7 +303,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
     _check_keys(raw, {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
-                      "preemption", "http", "log", "debug"},
+                      "preemption", "autoscaling", "http", "log", "debug"},
                 "")
     listen = _section(raw, "listen")
     _check_keys(listen, {"host", "port", "tls", "metricsPort", "metricsHost"}, "listen")
@@ -327,6 +348,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
         preemption=_preemption(_section(raw, "preemption")),
+        autoscaling=_autoscaling(_section(raw, "autoscaling")),
         host=host,
         port=_port(listen.get("port", 8888), "listen.port"),
         tls=_tls(_section(listen, "tls")) if listen.get("tls") is not None else None,

@@ -24,6 +24,20 @@ bypass="${AUTOSCALER_BYPASS-quorum}"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
 kubectl() { "$BIN_DIR/kubectl" "$@"; }
 
+install_crd() {
+  # The ProvisioningRequest API (autoscaling.x-k8s.io/v1), from the same source as the binary.
+  local crd_dir
+  crd_dir="$(mktemp -d)"
+  tar -xzf "${AUTOSCALER_SOURCE:-$ROOT/../shared/vendor/cluster-autoscaler-${AUTOSCALER_VERSION:-1.36.1}-kwok-src.tar.gz}" \
+    -C "$crd_dir" --wildcards '*provisioningrequests.yaml'
+  kubectl apply --server-side -f "$(find "$crd_dir" -name '*provisioningrequests.yaml' | head -1)" >/dev/null
+  rm -rf "$crd_dir"
+}
+if [[ "${1:-}" == --crd-only ]]; then  # cluster-up installs the API before Quorum starts watching it
+  install_crd
+  exit 0
+fi
+
 binary="$("$ROOT/hack/build-autoscaler.sh")"
 
 # The node group templates: one Node per rack, with the rack's labels. No hostname label: the
@@ -75,12 +89,7 @@ kubectl -n "$NAMESPACE" create configmap kwok-provider-config --from-literal=con
 kubectl -n "$NAMESPACE" create configmap kwok-provider-templates --from-literal=templates="$(templates)" \
   --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 
-# The ProvisioningRequest API (autoscaling.x-k8s.io/v1), from the same source as the binary.
-crd_dir="$(mktemp -d)"
-tar -xzf "${AUTOSCALER_SOURCE:-$ROOT/../shared/vendor/cluster-autoscaler-${AUTOSCALER_VERSION:-1.36.1}-kwok-src.tar.gz}" \
-  -C "$crd_dir" --wildcards '*provisioningrequests.yaml'
-kubectl apply --server-side -f "$(find "$crd_dir" -name '*provisioningrequests.yaml' | head -1)" >/dev/null
-rm -rf "$crd_dir"
+install_crd
 
 log "starting cluster-autoscaler ($((blocks * racks)) node groups of at most $max nodes)"
 flags=(--cloud-provider=kwok --kubeconfig="$KUBECONFIG" --namespace="$NAMESPACE" --leader-elect=false

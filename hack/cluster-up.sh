@@ -455,9 +455,15 @@ fi
 
 # --- Quorum's identity ------------------------------------------------------------
 kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" >/dev/null
-if grep -Eq '^[[:space:]]*startedConfigMaps:[[:space:]]*true' "$QUORUM_CONFIG"; then
+if grep -Eq '^[^#]*startedConfigMaps:[[:space:]]*true' "$QUORUM_CONFIG"; then
   # The gang-started ConfigMaps are on in this configuration: grant them as an install would.
   kubectl_admin apply -f "$ROOT/manifests/started-configmaps.yaml" >/dev/null
+fi
+if [[ "$AUTOSCALER" == 1 ]]; then
+  "$ROOT/hack/autoscaler-up.sh" --crd-only
+fi
+if grep -Eq '^[^#]*provisioningRequests:[[:space:]]*true' "$QUORUM_CONFIG"; then
+  kubectl_admin apply -f "$ROOT/manifests/scale-up-requests.yaml" >/dev/null  # the same, for scale-up
 fi
 QUORUM_KUBECONFIG_FILE="$CLUSTER_DIR/quorum.kubeconfig"
 token="$(kubectl_admin -n quorum-system create token quorum --duration 720h)"

@@ -29,6 +29,8 @@ from ..cluster.cache import ClusterCache, Rejected
 from ..cluster.device_feed import DEVICE_SOURCES, DeviceFeed
 from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
 from ..cluster.resources import QuantityError
+from ..cluster.scale_ups import KIND as SCALE_UPS
+from ..cluster.scale_ups import PATH as SCALE_UP_PATH
 from ..metrics import Metrics
 from .kube import ApiError, Gone, KubeClient
 
@@ -53,7 +55,8 @@ class Kind:
     optional: bool = False  # a 404 means the API is not served: synced and empty (DRA before 1.34)
 
 
-def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS) -> list[Kind]:
+def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS,
+              scale_ups: bool = False) -> list[Kind]:
     def unbound(_: Any) -> Any:
         raise RuntimeError("a gang object kind is used only once its served version is known")
     return [
@@ -62,7 +65,15 @@ def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG
         Kind("pods", "/api/v1/pods", cache.replace_pods, cache.upsert_pod, cache.delete_pod),
         *(Kind(g.name, "", unbound, unbound, unbound, discover=g) for g in gang_kinds),
         *device_kinds(cache),
+        *([Kind(SCALE_UPS, SCALE_UP_PATH, functools.partial(_replace_scale_ups, cache),
+                cache.scale_ups.upsert, cache.scale_ups.delete, optional=True)] if scale_ups else []),
     ]
+
+
+def _replace_scale_ups(cache: ClusterCache, objs: list[dict[str, Any]]) -> list[Rejected]:
+    rejected = cache.scale_ups.replace(objs)
+    cache.set_synced(SCALE_UPS, True)
+    return rejected
 
 
 def device_kinds(cache: ClusterCache) -> list[Kind]:
@@ -82,9 +93,10 @@ def served_kind(cache: ClusterCache, source: GangObjectSource) -> Kind:
 class Informer:
     def __init__(self, client: KubeClient, cache: ClusterCache, metrics: Metrics,
                  backoff_max: float = 30.0, absent_retry: float = 60.0,
-                 gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS) -> None:
+                 gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS, scale_ups: bool = False) -> None:
         self.client = client
         self.gang_kinds = gang_kinds
+        self.scale_ups = scale_ups  # watch the ProvisioningRequests Quorum makes (autoscaling on)
         self.served: dict[str, str] = {}  # gang object kind -> the API version being watched
         self.cache = cache
         self.metrics = metrics
@@ -95,7 +107,7 @@ class Informer:
         cache.on_clamped = self._clamped
 
     def start(self) -> None:
-        for kind in kinds_for(self.cache, self.gang_kinds):
+        for kind in kinds_for(self.cache, self.gang_kinds, self.scale_ups):
             self._state[kind.name] = LISTING
             self.cache.synced.setdefault(kind.name, False)
             task = asyncio.create_task(self._run(kind), name=f"informer-{kind.name}")
@@ -184,7 +196,7 @@ class Informer:
 
     async def _absent(self, kind: Kind) -> None:
         if self._state.get(kind.name) != ABSENT:
-            log.info("gang objects not served; looking again later",
+            log.info("objects not served; looking again later",
                      extra={"kind": kind.name, "retry_seconds": self.absent_retry})
         if kind.discover is not None:
             self.cache.replace_gang_objects(kind.discover.source(""), [])

@@ -29,6 +29,7 @@ from ..gang.core import EvictionFailed
 from ..gang.effects import GangCondition, ObjectRef
 from ..metrics import Metrics
 from .events import EventRecorder
+from .scale_up_writes import ScaleUpWrites
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +98,7 @@ def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-class KubeClient:
+class KubeClient(ScaleUpWrites):
     def __init__(self, credentials: Credentials, qps_burst: int = 200, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """``metrics`` (optional) counts Events by result; ``clock`` (intervals) and ``wall``

@@ -22,6 +22,7 @@ from .devices import ALL_NODES, Changes, DeviceInventory
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .resources import Resources, add_into, beyond_capacity, subtract_into
+from .scale_ups import ScaleUpTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,8 @@ CACHES_SYNCED = "caches-synced"
 
 # Informer kinds that declare no gangs (the rest are gang objects).
 _NOT_GANG_OBJECTS = frozenset(
-    ("nodes", "pods", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"))
+    ("nodes", "pods", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims",
+     "provisioningrequests"))
 
 
 class ClusterCache(DeviceAccounting):
@@ -94,6 +96,7 @@ class ClusterCache(DeviceAccounting):
         self.on_clamped: ClampedHook | None = None
         # DRA devices: free per node and the demand of pending pods (fed by ``device_feed.py``).
         self.devices = DeviceInventory()
+        self.scale_ups = ScaleUpTable()  # the ProvisioningRequests Quorum made, and their answers
 
     # --- helpers -------------------------------------------------------------------------
     def _emit(self, event: CacheEvent) -> None:

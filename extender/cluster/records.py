@@ -135,9 +135,13 @@ def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecor
     status = obj.get("status") or {}
     allocatable = parse_resource_list(status.get("allocatable"))
     pods = allocatable.pop(PODS, 110)
-    domains = tuple(str(labels.get(label, "")) for label in level_labels)
+    name = meta.get("name", "")
+    # A node is its own host: kubelets label it so, but nodes made otherwise (cluster-autoscaler's
+    # kwok provider, hand-written Node objects) may lack the label; their host is their name.
+    domains = tuple(str(labels.get(label) or (name if label == HOSTNAME_LABEL else ""))
+                    for label in level_labels)
     return NodeRecord(
-        name=meta.get("name", ""),
+        name=name,
         domains=domains,
         allocatable=allocatable,
         pods_allocatable=pods,
@@ -190,6 +194,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
 
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 
 
 def int32(raw: Any) -> int:

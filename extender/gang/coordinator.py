@@ -40,6 +40,7 @@ from .invariants import check_invariants
 from .ledger import CapacityLedger
 from .lifecycle import Lifecycle
 from .planning import Planner, honour_nominations
+from .provisioning import Provisioner
 from .queue import GangQueue, keep_off
 from .reactions import CacheReactions
 from .reporting import Reporter
@@ -69,6 +70,7 @@ class Coordinator(CacheReactions):
             self.queue.displacer = self.displacer
         self.planner.queue_version = lambda: self.queue.version
         self.scorer = Scorer(self.core, self._running_nodes)
+        self.provisioner = Provisioner(self.core, self.retry.schedule_recheck)
         self._verify_each_call = config.check_invariants
         cache.listeners.append(self.on_cache_event)
 
@@ -233,6 +235,10 @@ class Coordinator(CacheReactions):
         if claim is not None and isinstance(result, NoFit) and kept_off:
             result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")
         if isinstance(result, NoFit):
+            asked = self.provisioner.on_nofit(state, spec, list(pending.values()),
+                                              spec.min_count - len(bound_nodes))
+            if asked:
+                result = NoFit(f"{result.reason}; {asked}")
             state.reason = self.planner.remember_nofit(state, result, g.candidates)
             self.retry.note_rejection(state)
             if state.started and bound_nodes and spec.required_topology and \

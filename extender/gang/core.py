@@ -71,6 +71,16 @@ class ClusterActions(Protocol):
         """Delete it (a gang that starts over); a ConfigMap already gone is success."""
         ...
 
+    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
+                              requests: dict[str, int], count: int, class_name: str) -> bool:
+        """An atomic ProvisioningRequest (and its PodTemplate) for ``count`` pods of ``requests``
+        on nodes with ``node_selector``; True when made (or already there)."""
+        ...
+
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
+        """Delete the request and its PodTemplate; gone already is success."""
+        ...
+
 
 class Reporter(Protocol):
     """Where the core's Events go (``reporting.Reporter``): about a gang, or about one pod."""

@@ -87,3 +87,10 @@ class NoActions:
 
     async def delete_started_configmap(self, namespace: str, name: str) -> bool:
         return True
+
+    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
+                              requests: dict[str, int], count: int, class_name: str) -> bool:
+        return True
+
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
+        return True

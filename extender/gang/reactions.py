@@ -30,6 +30,7 @@ from ..cluster.cache import (
 from .binding import Binder
 from .core import Core
 from .lifecycle import Lifecycle
+from .provisioning import Provisioner
 from .retry import Retry
 from .state import Phase
 
@@ -42,6 +43,7 @@ class CacheReactions:
     binder: Binder
     retry: Retry
     lifecycle: Lifecycle
+    provisioner: Provisioner
 
     def _verify(self, after: str) -> None:
         raise NotImplementedError
@@ -157,6 +159,7 @@ class CacheReactions:
                 self.core.sync(state)
 
     def _on_gang_removed(self, event: CacheEvent) -> None:
+        self.provisioner.gang_removed(event.key)
         state = self.core.gangs.get(event.key)
         if state is not None:
             self.core.release(state, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
@@ -208,6 +211,7 @@ class CacheReactions:
 
     def _on_synced(self, event: CacheEvent) -> None:
         self.retry.nudge_waiting_after_sync()
+        self.provisioner.sweep()
 
     def _settle(self, key: str) -> None:
         state = self.core.gangs.get(key)

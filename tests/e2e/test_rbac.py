@@ -1,8 +1,8 @@
 """Quorum's identity, checked by the real authorizer and admission chain.
 
 - The rules the apiserver grants Quorum's ServiceAccount (SelfSubjectRulesReview, less what any
-  ServiceAccount gets) are exactly the ClusterRole in manifests/quorum-rbac.yaml (and the one in
-  manifests/started-configmaps.yaml when the cluster installed it).
+  ServiceAccount gets) are exactly the ClusterRole in manifests/quorum-rbac.yaml (and those in
+  manifests/started-configmaps.yaml and scale-up-requests.yaml when the cluster installed them).
 - Everything Quorum asked the apiserver for during the suite (its audit log: the local apiserver
   audits that account's requests, see hack/cluster-up.sh) is inside those rules, and nothing it
   asked for was forbidden. Grants not used in this run are recorded.
@@ -33,8 +33,9 @@ from .scenario import Scenario
 pytestmark = pytest.mark.e2e
 
 RBAC_FILE = REPO_ROOT / "manifests" / "quorum-rbac.yaml"
-STARTED_FILE = REPO_ROOT / "manifests" / "started-configmaps.yaml"
-STARTED_ROLE = "quorum-started-configmaps"
+# Extra grants an install adds when a feature is on: (file, ClusterRole and its binding's name).
+EXTRA_GRANTS = ((REPO_ROOT / "manifests" / "started-configmaps.yaml", "quorum-started-configmaps"),
+                (REPO_ROOT / "manifests" / "scale-up-requests.yaml", "quorum-scale-up-requests"))
 QUORUM_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "quorum.kubeconfig"
 LOCAL_KUBECONFIG = REPO_ROOT / ".cache" / "cluster" / "kubeconfig"
 APISERVER_LOG = REPO_ROOT / ".cache" / "cluster" / "logs" / "kube-apiserver.log"
@@ -53,16 +54,18 @@ def role_rules(path: Path, name: str) -> set[Grant]:
 
 
 def documented(kube: Kube) -> set[Grant]:
-    """The base ClusterRole, and the gang-started ConfigMaps' when this cluster installed them
-    (cluster-up does when Quorum's configuration turns them on)."""
+    """The base ClusterRole, and each feature's extra one that this cluster installed (cluster-up
+    does when Quorum's configuration turns the feature on)."""
     rules = role_rules(RBAC_FILE, "quorum")
-    try:
-        kube.rbac.read_cluster_role_binding(STARTED_ROLE, _request_timeout=30)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return rules
-    return rules | role_rules(STARTED_FILE, STARTED_ROLE)
+    for path, name in EXTRA_GRANTS:
+        try:
+            kube.rbac.read_cluster_role_binding(name, _request_timeout=30)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            continue
+        rules |= role_rules(path, name)
+    return rules
 
 
 def expand(rules: Iterable[dict[str, Any]]) -> set[Grant]:

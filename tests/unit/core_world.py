@@ -366,6 +366,13 @@ class FakeActions:
     async def delete_started_configmap(self, namespace: str, name: str) -> bool:
         return self.alive
 
+    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
+                              requests: dict[str, int], count: int, class_name: str) -> bool:
+        return self.alive
+
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
+        return self.alive
+
     async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
         """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
         name = home.name

@@ -74,6 +74,8 @@ class FakeActions:
         self.pod_annotations: dict[str, dict[str, str]] = {}  # the same for pods
         self.configmaps: dict[str, dict[str, Any]] = {}  # gang-started ConfigMaps: "ns/name" -> owner, data
         self.deleted_configmaps: list[str] = []
+        self.scale_ups: dict[str, dict[str, Any]] = {}  # ProvisioningRequests: "ns/name" -> what was asked
+        self.deleted_scale_ups: list[str] = []
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         await asyncio.sleep(0)
@@ -112,6 +114,17 @@ class FakeActions:
     async def write_started_configmap(self, namespace: str, name: str, owner: Any,
                                       data: dict[str, str]) -> bool:
         self.configmaps[f"{namespace}/{name}"] = {"owner": owner, "data": dict(data)}
+        return True
+
+    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
+                              requests: dict[str, int], count: int, class_name: str) -> bool:
+        self.scale_ups[f"{namespace}/{name}"] = {"gang": gang, "selector": dict(node_selector),
+                                                 "requests": dict(requests), "count": count}
+        return True
+
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
+        self.scale_ups.pop(f"{namespace}/{name}", None)
+        self.deleted_scale_ups.append(f"{namespace}/{name}")
         return True
 
     async def delete_started_configmap(self, namespace: str, name: str) -> bool:

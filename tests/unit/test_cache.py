@@ -353,3 +353,16 @@ def test_deleted_node_stops_counting_its_domains(cache: ClusterCache) -> None:
     cache.delete_pod(pod)  # the pod going later must not drive counts negative
     assert cache.domain_pods == {}
     assert cache.node_pod_count[N0] == 0
+
+
+def test_a_node_without_a_hostname_label_is_its_own_host() -> None:
+    """cluster-autoscaler's kwok nodes carry their group's labels but no hostname: a gang that must
+    stay in one rack can still use them (the host level is the node itself)."""
+    from extender.cluster.records import node_record
+
+    node = make_node("b0-r0-x1y2z", "b0", "b0-r0")
+    del node["metadata"]["labels"]["kubernetes.io/hostname"]
+    record = node_record(node, LEVEL_LABELS)
+    assert record.domains == ("b0", "b0-r0", "b0-r0-x1y2z")
+    del node["metadata"]["labels"]["topology.quorum.dev/rack"]
+    assert node_record(node, LEVEL_LABELS).domains == ("b0", "", "b0-r0-x1y2z")  # other levels stay unknown

@@ -45,6 +45,7 @@ gang:
 lifecycle: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60}
 starvation: {claimAfterSeconds: 30}
 preemption: {enabled: true}
+autoscaling: {provisioningRequests: true, provisioningClassName: check-capacity.autoscaling.x-k8s.io}
 http: {maxRequestBytes: 4194304, bodyTimeoutSeconds: 2.5}
 log: {level: debug, format: text}
 debug: {checkInvariants: true}
@@ -107,6 +108,9 @@ def test_full_file(tmp_path: Path) -> None:
     assert config.gang == GangTimings(45.0, 2.5, 120.0, 5)
     assert config.max_request_bytes == 4194304
     assert (config.log_level, config.log_format) == ("debug", "text")
+    assert config.autoscaling.provisioning_requests is True
+    assert config.autoscaling.provisioning_class == "check-capacity.autoscaling.x-k8s.io"
+    assert Config().autoscaling.provisioning_requests is False
 
 
 def test_queue_and_preemption_settings() -> None:
@@ -207,6 +211,9 @@ INVALID = [
     ("lifecycle.backoffLimitCount", 1.5, "lifecycle.backoffLimitCount"),
     ("lifecycle.replaceOutsideDomain", "yes", "lifecycle.replaceOutsideDomain"),
     ("lifecycle.startedConfigMaps", "yes", "lifecycle.startedConfigMaps"),
+    ("autoscaling.provisioningRequests", "yes", "autoscaling.provisioningRequests"),
+    ("autoscaling.provisioningClassName", "", "autoscaling.provisioningClassName"),
+    ("autoscaling.other", 1, "autoscaling.other"),
     ("lifecycle.timeout", 5, "lifecycle.timeout"),
     ("starvation.claimAfterSeconds", -1, "starvation.claimAfterSeconds"),
     ("starvation.claimAfterSeconds", "1m", "starvation.claimAfterSeconds"),

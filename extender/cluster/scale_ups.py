@@ -1,0 +1,76 @@
+"""What cluster-autoscaler answered to the ProvisioningRequests Quorum made (autoscaling.x-k8s.io/v1).
+
+The informer feeds this small table (only when ``autoscaling.provisioningRequests`` is on); the
+gang core reads it when a gang waits for capacity it asked for (``gang/provisioning.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .device_demand import field_of, items_of, key_of
+
+KIND = "provisioningrequests"
+PATH = "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleUpStatus:
+    """The request's outcome so far: "" (not answered yet), Provisioned, Failed, or gone."""
+
+    state: str
+    message: str = ""
+    ours: bool = False  # labelled as Quorum's
+
+
+def status_of(obj: Mapping[str, Any]) -> ScaleUpStatus:
+    """Failed (also BookingExpired, CapacityRevoked) wins over Provisioned, which wins over nothing."""
+    conditions = {c.get("type"): c for c in items_of(field_of(obj, "status"), "conditions")
+                  if isinstance(c, Mapping) and c.get("status") == "True"}
+    ours = field_of(field_of(obj, "metadata"), "labels").get(MANAGED_BY) == "quorum"
+    for failed in ("Failed", "BookingExpired", "CapacityRevoked"):
+        if failed in conditions:
+            condition = conditions[failed]
+            why = str(condition.get("message") or condition.get("reason") or failed)[:300]
+            return ScaleUpStatus("Failed", why, ours)
+    if "Provisioned" in conditions:
+        return ScaleUpStatus("Provisioned", "", ours)
+    return ScaleUpStatus("", "", ours)
+
+
+class ScaleUpTable:
+    """ProvisioningRequests by "namespace/name"; ``on_change`` hears of each key that moved."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, ScaleUpStatus] = {}
+        self.on_change: Callable[[str], None] | None = None
+        self.synced = False
+
+    def upsert(self, obj: Mapping[str, Any]) -> None:
+        key = key_of(obj)
+        status = status_of(obj)
+        if self.requests.get(key) != status:
+            self.requests[key] = status
+            self._tell(key)
+
+    def delete(self, obj: Mapping[str, Any]) -> None:
+        key = key_of(obj)
+        if self.requests.pop(key, None) is not None:
+            self._tell(key)
+
+    def replace(self, objs: Iterable[Mapping[str, Any]]) -> list[tuple[Any, Exception]]:
+        fresh = {key_of(o): o for o in objs if isinstance(o, Mapping)}
+        for key in [k for k in self.requests if k not in fresh]:
+            namespace, name = key.split("/", 1)
+            self.delete({"metadata": {"namespace": namespace, "name": name}})
+        for obj in fresh.values():
+            self.upsert(obj)
+        self.synced = True
+        return []
+
+    def _tell(self, key: str) -> None:
+        if self.on_change is not None:
+            self.on_change(key)
