@@ -125,6 +125,11 @@ class Provisioner:
             if target == Phase.BOUND:
                 self.refused.pop(state.key, None)
 
+    def members_left(self, key: str) -> None:
+        """A member went: a gang with no pending member left (its Job deleted) needs no room."""
+        if key in self.requests and not any(m.pending for m in self.core.cache.members(key)):
+            self.gang_removed(key)
+
     def gang_removed(self, key: str) -> None:
         self.withdraw(key)
         self.refused.pop(key, None)

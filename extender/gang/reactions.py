@@ -100,6 +100,7 @@ class CacheReactions:
                 self.lifecycle.forget_evicted(event.pod)  # gone for good (deleting: still marked)
                 self.lifecycle.forget_stamped(event.pod)
             self.lifecycle.review(event.pod.gang_key, sync=False)
+            self.provisioner.members_left(event.pod.gang_key)
             self._settle(event.pod.gang_key)
 
     def _on_member_ready(self, event: CacheEvent) -> None:

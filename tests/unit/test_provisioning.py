@@ -108,3 +108,18 @@ async def test_requests_of_an_earlier_quorum_that_no_gang_owns_are_deleted_after
     world.coordinator.provisioner.sweep()
     await asyncio.sleep(0)
     assert world.actions.deleted_scale_ups == ["ml/quorum-old-1234"]
+
+
+async def test_the_request_goes_when_the_gangs_pods_are_deleted() -> None:
+    world = scaling_world()
+    names = rack_gang(world)
+    world.filter(names[0])
+    await asyncio.sleep(0)
+    (key,) = world.actions.scale_ups
+    for name in names[:-1]:
+        world.cache.delete_pod(world.pods[name])
+    await asyncio.sleep(0)
+    assert world.actions.deleted_scale_ups == []  # a member is left: the room is still needed
+    world.cache.delete_pod(world.pods[names[-1]])
+    await asyncio.sleep(0)
+    assert world.actions.deleted_scale_ups == [key]
