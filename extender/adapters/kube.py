@@ -111,6 +111,7 @@ class KubeClient(ScaleUpWrites):
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
         # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
         self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
+        self._condition_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # gang -> its lock, callers
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -308,6 +309,21 @@ class KubeClient(ScaleUpWrites):
         time stays what it was while a condition's status does not change. Errors are logged only.
         """
         gang = f"{home.namespace}/{home.name}"
+        # One write at a time per gang, in the order they were asked for: each sends the whole set,
+        # so an older set landing after a newer one would take back what the newer one added.
+        lock, users = self._condition_locks.get(gang, (asyncio.Lock(), 0))
+        self._condition_locks[gang] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._apply_conditions(home, gang, conditions)
+        finally:
+            lock, users = self._condition_locks[gang]
+            if users > 1:
+                self._condition_locks[gang] = (lock, users - 1)
+            else:
+                del self._condition_locks[gang]
+
+    async def _apply_conditions(self, home: GangHome, gang: str, conditions: list[GangCondition]) -> None:
         now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         known = self._conditions.pop(gang, {})
         entries = []

@@ -7,6 +7,7 @@ transition times are exact. The ``kube`` fixture in ``conftest.py`` hands out a 
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -38,11 +39,21 @@ class FakeApiserver:
 
     requests: list[Request] = field(default_factory=list)
     answers: dict[tuple[str, str], tuple[int, str]] = field(default_factory=dict)
+    slow: list[float] = field(default_factory=list)  # seconds to hold each next answer, in turn
+    in_flight: int = 0
+    most_in_flight: int = 0
 
     async def handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
         self.requests.append(Request(request.method, request.path, dict(request.query),
                                      request.content_type, json.loads(raw) if raw else None))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.slow:
+                await asyncio.sleep(self.slow.pop(0))
+        finally:
+            self.in_flight -= 1
         default = (201, "") if request.method == "POST" else (200, "")
         status, message = self.answers.get((request.method, request.path), default)
         if status >= 400:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -105,6 +106,18 @@ async def test_conditions_are_applied_with_stable_transition_times(kube: KubeWor
         scheduled.type: ("True", "Scheduled", "2026-11-23T18:00:00Z"),  # status unchanged: time kept
         ready.type: ("True", "AllReady", "2026-11-23T18:01:30Z"),
     }
+
+
+async def test_condition_writes_of_a_gang_land_in_the_order_they_were_asked(kube: KubeWorld) -> None:
+    """Each write sends the whole set: an older one answered after a newer one would take back
+    what the newer one added (a condition set a moment later, lost)."""
+    kube.api.slow = [0.2, 0.0]
+    started = GangCondition("quorum.dev/GangStarted", True, "AllMembersStarted", "")
+    older = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, []))
+    newer = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, [started]))
+    await asyncio.gather(older, newer)
+    assert kube.api.most_in_flight == 1
+    assert [list(conditions_sent(r)) for r in kube.api.requests] == [[], ["quorum.dev/GangStarted"]]
 
 
 async def test_conditions_of_a_deleted_podgroup_are_ignored(kube: KubeWorld,
