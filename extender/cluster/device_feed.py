@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .device_demand import key_of
 from .devices import Changes, DeviceInventory
 
 if TYPE_CHECKING:
@@ -27,19 +28,18 @@ class DeviceKindSource:
     path: str
     upsert: Update
     delete: Update
-    namespaced: bool
 
 
 _API = "/apis/resource.k8s.io/v1"
 DEVICE_SOURCES = (
     DeviceKindSource("deviceclasses", f"{_API}/deviceclasses", DeviceInventory.upsert_class,
-                     DeviceInventory.delete_class, namespaced=False),
+                     DeviceInventory.delete_class),
     DeviceKindSource("resourceslices", f"{_API}/resourceslices", DeviceInventory.upsert_slice,
-                     DeviceInventory.delete_slice, namespaced=False),
+                     DeviceInventory.delete_slice),
     DeviceKindSource("resourceclaimtemplates", f"{_API}/resourceclaimtemplates",
-                     DeviceInventory.upsert_template, DeviceInventory.delete_template, namespaced=True),
+                     DeviceInventory.upsert_template, DeviceInventory.delete_template),
     DeviceKindSource("resourceclaims", f"{_API}/resourceclaims", DeviceInventory.upsert_claim,
-                     DeviceInventory.delete_claim, namespaced=True),
+                     DeviceInventory.delete_claim),
 )
 
 
@@ -52,16 +52,16 @@ class DeviceFeed:
     def upsert(self, source: DeviceKindSource, obj: Mapping[str, Any]) -> None:
         if not isinstance(obj, Mapping):
             raise ValueError(f"{source.name}: object expected")
-        self._known[source.name][_ident(obj)] = _stub(obj)
+        self._known[source.name][key_of(obj)] = _stub(obj)
         self.apply(source.upsert(self.inventory, obj))
 
     def delete(self, source: DeviceKindSource, obj: Mapping[str, Any]) -> None:
-        self._known[source.name].pop(_ident(obj), None)
+        self._known[source.name].pop(key_of(obj), None)
         self.apply(source.delete(self.inventory, obj))
 
     def replace(self, source: DeviceKindSource, objs: Iterable[Mapping[str, Any]]) -> list[Rejected]:
         """Load a full list: objects gone since are deleted, the others upserted one by one."""
-        fresh = {_ident(o): o for o in objs if isinstance(o, Mapping)}
+        fresh = {key_of(o): o for o in objs if isinstance(o, Mapping)}
         for ident, stub in list(self._known[source.name].items()):
             if ident not in fresh:
                 self.delete(source, stub)
@@ -76,12 +76,6 @@ class DeviceFeed:
 
     def apply(self, changes: Changes) -> None:
         self.cache.apply_device_changes(changes)
-
-
-def _ident(obj: Mapping[str, Any]) -> str:
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, Mapping) else {}
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def _stub(obj: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -47,7 +47,6 @@ class ScaleUpTable:
     def __init__(self) -> None:
         self.requests: dict[str, ScaleUpStatus] = {}
         self.on_change: Callable[[str], None] | None = None
-        self.synced = False
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
         key = key_of(obj)
@@ -68,7 +67,6 @@ class ScaleUpTable:
             self.delete({"metadata": {"namespace": namespace, "name": name}})
         for obj in fresh.values():
             self.upsert(obj)
-        self.synced = True
         return []
 
     def _tell(self, key: str) -> None:
