@@ -102,7 +102,8 @@ class Autoscaling:
     """Topology-aware scale-up (off by default: on, Quorum creates ProvisioningRequests).
 
     A gang with a required domain that fits in no existing one asks cluster-autoscaler for its
-    capacity in one domain, the one where the least is missing, through an atomic request.
+    capacity in one domain, the one where the least is missing, through an atomic request; so does
+    any gang whose pods consume a ProvisioningRequest (the autoscaler leaves those pods to it).
     """
 
     provisioning_requests: bool = False

@@ -41,15 +41,22 @@ class ScaleUpWrites:
 
     async def create_scale_up(self: _Writer, namespace: str, name: str, gang: str,
                               node_selector: dict[str, str], requests: dict[str, int], count: int,
-                              class_name: str) -> bool:
+                              class_name: str, together: str = "") -> bool:
+        """``together``: a node label all the request's pods must share (pod affinity), when no
+        value of it can be named yet."""
         req, limits = _quantities(requests)
         meta = {"name": name, "namespace": namespace, "labels": _OURS,
                 "annotations": {"quorum.dev/gang": gang}}
-        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta, "template": {
-            "metadata": {"labels": _OURS},
-            "spec": {"nodeSelector": node_selector, "tolerations": [{"operator": "Exists"}],
-                     "containers": [{"name": "member", "image": _PAUSE,
-                                     "resources": {"requests": req, "limits": limits}}]}}}
+        pod_labels = {**_OURS, "quorum.dev/scale-up": name[:63]}
+        spec: dict[str, Any] = {"nodeSelector": node_selector, "tolerations": [{"operator": "Exists"}],
+                                "containers": [{"name": "member", "image": _PAUSE,
+                                                "resources": {"requests": req, "limits": limits}}]}
+        if together:
+            spec["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"quorum.dev/scale-up": name[:63]}},
+                 "topologyKey": together}]}}
+        template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta,
+                    "template": {"metadata": {"labels": pod_labels}, "spec": spec}}
         request = {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": meta,
                    "spec": {"provisioningClassName": class_name,
                             "podSets": [{"podTemplateRef": {"name": name}, "count": count}]}}

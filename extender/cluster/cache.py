@@ -51,6 +51,7 @@ CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped h
 GANG_REMOVED = "gang-removed"
 GANG_CHANGED = "gang-changed"
 MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
+MEMBER_UNSCHEDULABLE = "member-unschedulable"  # kube-scheduler found no node for a pending member
 # After the bind: a bound gang member's Ready condition changed, or it succeeded.
 MEMBER_HEALTH = "member-health"
 NODE_READINESS = "node-readiness"  # a node's Ready condition changed
@@ -272,6 +273,8 @@ class ClusterCache(DeviceAccounting):
             old is None or old.gang_key != gang_key or not old.counts_for_quorum
         ):
             self._emit(CacheEvent(MEMBER_READY, gang_key, record))
+        if gang_key and record.unschedulable and not record.node_name and not (old and old.unschedulable):
+            self._emit(CacheEvent(MEMBER_UNSCHEDULABLE, gang_key, record))
         if gang_key and record.node_name and old is not None and (old.ready, old.succeeded, old.started) != (
             record.ready, record.succeeded, record.started
         ):

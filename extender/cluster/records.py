@@ -43,6 +43,8 @@ class PodRecord:
     preempts: bool = True  # spec.preemptionPolicy is not Never
     nominated_node: str = ""  # status.nominatedNodeName: where kube-scheduler's preemption made room
     started: bool = False  # status.startTime set: a kubelet took the pod (init containers may still run)
+    unschedulable: bool = False  # PodScheduled=False/Unschedulable: kube-scheduler tried and found no node
+    consumes: str = ""  # the ProvisioningRequest it consumes (cluster-autoscaler leaves its room to that)
 
     @property
     def key(self) -> str:
@@ -190,7 +192,30 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         preempts=spec.get("preemptionPolicy") != "Never",
         nominated_node=nominated if isinstance(nominated := status.get("nominatedNodeName"), str) else "",
         started=bool(status.get("startTime")),
+        unschedulable=_unschedulable(status),
+        consumes=_consumed_request(meta.get("annotations")),
     )
+
+
+CONSUME_ANNOTATIONS = ("autoscaling.x-k8s.io/consume-provisioning-request",
+                       "cluster-autoscaler.kubernetes.io/consume-provisioning-request")  # the older key
+
+
+def _consumed_request(annotations: Any) -> str:
+    if not isinstance(annotations, dict):
+        return ""
+    for key in CONSUME_ANNOTATIONS:
+        value = annotations.get(key)
+        if isinstance(value, str) and value:
+            return value[:253]
+    return ""
+
+
+def _unschedulable(status: dict[str, Any]) -> bool:
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == "PodScheduled":
+            return condition.get("status") == "False" and condition.get("reason") == "Unschedulable"
+    return False
 
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

@@ -26,19 +26,32 @@ class ScaleUpStatus:
     ours: bool = False  # labelled as Quorum's
 
 
+# Provisioned=False with these reasons is a refusal: the autoscaler found no node group that can
+# take the request whole (it tries again later on its own backoff; Quorum asks elsewhere meanwhile).
+REFUSALS = ("CapacityIsNotFound",)
+
+
 def status_of(obj: Mapping[str, Any]) -> ScaleUpStatus:
-    """Failed (also BookingExpired, CapacityRevoked) wins over Provisioned, which wins over nothing."""
+    """Failed (also BookingExpired, CapacityRevoked, a refusal) wins over Provisioned, which wins
+    over nothing."""
     conditions = {c.get("type"): c for c in items_of(field_of(obj, "status"), "conditions")
-                  if isinstance(c, Mapping) and c.get("status") == "True"}
+                  if isinstance(c, Mapping)}
+    held = {kind: c for kind, c in conditions.items() if c.get("status") == "True"}
     ours = field_of(field_of(obj, "metadata"), "labels").get(MANAGED_BY) == "quorum"
     for failed in ("Failed", "BookingExpired", "CapacityRevoked"):
-        if failed in conditions:
-            condition = conditions[failed]
-            why = str(condition.get("message") or condition.get("reason") or failed)[:300]
-            return ScaleUpStatus("Failed", why, ours)
-    if "Provisioned" in conditions:
+        if failed in held:
+            return ScaleUpStatus("Failed", _why(held[failed], failed), ours)
+    if "Provisioned" in held:
         return ScaleUpStatus("Provisioned", "", ours)
+    provisioned = conditions.get("Provisioned") or {}
+    if provisioned.get("status") == "False" and provisioned.get("reason") in REFUSALS:
+        return ScaleUpStatus("Failed", _why(provisioned, "refused"), ours)
     return ScaleUpStatus("", "", ours)
+
+
+def _why(condition: Mapping[str, Any], default: str) -> str:
+    reason, message = condition.get("reason"), condition.get("message")
+    return str(": ".join(str(p) for p in (reason, message) if p) or default)[:300]
 
 
 class ScaleUpTable:

@@ -70,7 +70,7 @@ class Coordinator(CacheReactions):
             self.queue.displacer = self.displacer
         self.planner.queue_version = lambda: self.queue.version
         self.scorer = Scorer(self.core, self._running_nodes)
-        self.provisioner = Provisioner(self.core, self.retry.schedule_recheck)
+        self.provisioner = Provisioner(self.core, self.retry.schedule_recheck, self.reporter.nofit)
         self._verify_each_call = config.check_invariants
         cache.listeners.append(self.on_cache_event)
 

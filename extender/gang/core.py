@@ -72,9 +72,11 @@ class ClusterActions(Protocol):
         ...
 
     async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
-                              requests: dict[str, int], count: int, class_name: str) -> bool:
+                              requests: dict[str, int], count: int, class_name: str,
+                              together: str = "") -> bool:
         """An atomic ProvisioningRequest (and its PodTemplate) for ``count`` pods of ``requests``
-        on nodes with ``node_selector``; True when made (or already there)."""
+        on nodes with ``node_selector`` (all on one value of the ``together`` label, if given);
+        True when made (or already there)."""
         ...
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:

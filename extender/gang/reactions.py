@@ -19,6 +19,7 @@ from ..cluster.cache import (
     GANG_REMOVED,
     MEMBER_HEALTH,
     MEMBER_READY,
+    MEMBER_UNSCHEDULABLE,
     NODE_CHANGED,
     NODE_READINESS,
     NODE_REMOVED,
@@ -107,6 +108,12 @@ class CacheReactions:
         if event.pod is not None:
             self.lifecycle.stamp(event.pod)  # a new member of a requeued annotation gang
         self.retry.schedule_recheck()
+
+    def _on_member_unschedulable(self, event: CacheEvent) -> None:
+        """kube-scheduler found no node for a member, maybe without asking Quorum (no node passed its
+        own filters, e.g. none exists yet): a gang whose pods consume a scale-up request is Quorum's
+        to ask for, the autoscaler leaving such pods alone."""
+        self.provisioner.consider(event.key)
 
     def _on_member_health(self, event: CacheEvent) -> None:
         if event.pod is not None and event.pod.gang_key:
@@ -223,6 +230,7 @@ class CacheReactions:
     _handlers: ClassVar[dict[str, Callable[[CacheReactions, CacheEvent], None]]] = {
         CAPACITY_FREED: _on_capacity,
         MEMBER_READY: _on_member_ready,
+        MEMBER_UNSCHEDULABLE: _on_member_unschedulable,
         MEMBER_HEALTH: _on_member_health,
         NODE_READINESS: _on_node_readiness,
         POD_BOUND: _on_pod_bound,

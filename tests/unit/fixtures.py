@@ -117,9 +117,11 @@ class FakeActions:
         return True
 
     async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
-                              requests: dict[str, int], count: int, class_name: str) -> bool:
+                              requests: dict[str, int], count: int, class_name: str,
+                              together: str = "") -> bool:
         self.scale_ups[f"{namespace}/{name}"] = {"gang": gang, "selector": dict(node_selector),
-                                                 "requests": dict(requests), "count": count}
+                                                 "requests": dict(requests), "count": count,
+                                                 "together": together}
         return True
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
