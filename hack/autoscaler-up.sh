@@ -12,6 +12,10 @@
 #   AUTOSCALER_FLAGS         extra flags for cluster-autoscaler (they come last, so they win)
 #   AUTOSCALER_BYPASS [quorum]  --bypassed-scheduler-names ("" to keep the autoscaler's 30 s delay
 #                            for pods asking GPUs)
+#   AUTOSCALER_BOOTING [0]   1: every node it makes carries a startup taint
+#                            (startup-taint.cluster-autoscaler.kubernetes.io/booting) until something
+#                            removes it: a node that is still booting, as a cloud's nodes are for
+#                            minutes (the tests' boot simulator, tests/e2e/booting.py, removes it)
 set -euo pipefail
 # shellcheck source=hack/lib/cluster-common.sh
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib/cluster-common.sh"
@@ -20,7 +24,7 @@ NAMESPACE=kube-system
 GROUP_LABEL=autoscaling.quorum.dev/node-group
 blocks="${NODE_BLOCKS:-2}" racks="${NODE_RACKS_PER_BLOCK:-4}" max="${AUTOSCALER_MAX:-4}"
 cpu="${NODE_CPU:-64}" memory="${NODE_MEMORY:-512Gi}" gpus="${NODE_GPUS:-8}" pods="${NODE_PODS:-110}"
-bypass="${AUTOSCALER_BYPASS-quorum}"
+bypass="${AUTOSCALER_BYPASS-quorum}" booting="${AUTOSCALER_BOOTING:-0}"
 export KUBECONFIG="$CLUSTER_DIR/kubeconfig"
 kubectl() { "$BIN_DIR/kubectl" "$@"; }
 
@@ -42,6 +46,11 @@ binary="$("$ROOT/hack/build-autoscaler.sh")"
 
 # The node group templates: one Node per rack, with the rack's labels. No hostname label: the
 # autoscaler copies every label to each node it makes, so all would share one hostname.
+booting_taint() {
+  [[ "$booting" == 1 ]] || return 0
+  printf '  spec:\n    taints:\n    - {key: startup-taint.cluster-autoscaler.kubernetes.io/booting, value: "true", effect: NoSchedule}'
+}
+
 templates() {
   local b r
   printf 'apiVersion: v1\nkind: List\nitems:\n'
@@ -63,6 +72,7 @@ templates() {
       $GROUP_LABEL: b$b-r$r
       topology.quorum.dev/block: b$b
       topology.quorum.dev/rack: b$b-r$r
+$(booting_taint)
   status:
     capacity: {cpu: "$cpu", memory: "$memory", pods: "$pods", nvidia.com/gpu: "$gpus"}
     allocatable: {cpu: "$cpu", memory: "$memory", pods: "$pods", nvidia.com/gpu: "$gpus"}

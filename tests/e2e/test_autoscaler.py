@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from .booting import Booter
 from .cluster import Kube, Quorum, Settings, Topology
 from .conftest import scenario_in
 from .lifecycle_support import create_podgroup, job_manifest, job_pods
@@ -29,6 +30,9 @@ GROUP_LABEL = "autoscaling.quorum.dev/node-group"
 GPUS_PER_NODE = 8  # hack/autoscaler-up.sh's node groups, as the static nodes (NODE_GPUS)
 DEADLOCK_WATCH_SECONDS = 25.0  # five of the autoscaler's scan intervals (5 s here)
 BIND_BOUND_SECONDS = 120.0  # split scale-up, Quorum's request, the autoscaler's answer, the nodes
+CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
+UNNEEDED_SECONDS = 30.0  # the local autoscaler's --scale-down-unneeded-time
+SLOW_BOOT_SECONDS = 45.0  # the late nodes of (e) boot this long after they were made
 
 
 def stamp(text: str) -> float:
@@ -38,6 +42,17 @@ def stamp(text: str) -> float:
 def autoscaled_nodes(kube: Kube) -> dict[str, dict[str, Any]]:
     return {n["metadata"]["name"]: n for n in kube.nodes()
             if GROUP_LABEL in (n["metadata"].get("labels") or {})}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def booter(kube: Kube) -> Iterator[Booter]:
+    """Boots the autoscaler's nodes (removes their startup taint): at once, unless a test plans
+    otherwise."""
+    boots = Booter(kube)
+    try:
+        yield boots
+    finally:
+        boots.stop()
 
 
 @pytest.fixture
@@ -149,6 +164,15 @@ def test_b_a_required_rack_gang_the_autoscaler_believes_placed_binds_whole_in_on
     sc.finish()
 
 
+def consuming_gang(sc: Scenario, name: str, size: int) -> list[str]:
+    """A required-rack gang of whole GPU nodes whose pods consume the request "<name>-capacity": the
+    autoscaler leaves their room to that request, which Quorum makes."""
+    manifests = sc.gang(name, size, gpus=GPUS_PER_NODE, required="rack", create=False)
+    for manifest in manifests:
+        manifest["metadata"].setdefault("annotations", {})[CONSUME] = f"{name}-capacity"
+    return sc.create(manifests)
+
+
 def quorum_podtemplates(sc: Scenario) -> list[str]:
     found = sc.kube.core.list_namespaced_pod_template(
         sc.ns, label_selector="app.kubernetes.io/managed-by=quorum", _request_timeout=30)
@@ -156,15 +180,25 @@ def quorum_podtemplates(sc: Scenario) -> list[str]:
 
 
 def test_d_a_gang_deleted_while_its_capacity_is_provisioned_leaves_nothing_behind(
-        autoscaled: Scenario, static_nodes: list[str]) -> None:
-    """The Job goes while Quorum's request is out: the request and its PodTemplate are deleted, and
-    the autoscaler removes the nodes it added (unneeded for 30 s here)."""
+        autoscaled: Scenario, static_nodes: list[str], booter: Booter) -> None:
+    """The gang's pods go while Quorum's request is out and its nodes are still booting (three of
+    the four boot 20 s after they were made; the pods consume the request, so the autoscaler adds
+    nodes only through it): the request and its PodTemplate are deleted, and the autoscaler removes
+    the nodes it added once they are unneeded (30 s here)."""
     sc = autoscaled
     sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
                 interval=2)
-    names = [m["metadata"]["name"] for m in sc.gang("gone", 4, gpus=GPUS_PER_NODE, required="rack")]
-    sc.wait_for("Quorum's ProvisioningRequest", lambda: provisioning_requests(sc), timeout=60, interval=0.1)
+    booter.plan([0.0, 20.0, 20.0, 20.0])
+    names = consuming_gang(sc, "gone", 4)
+    sc.wait_for("Quorum's ProvisioningRequest provisioned", lambda: any(
+        c.get("type") == "Provisioned" and c.get("status") == "True"
+        for r in provisioning_requests(sc) for c in (r.get("status") or {}).get("conditions") or ()),
+        timeout=60, interval=0.1)
+    # 2 or 4: the autoscaler may or may not count the rack's 2 free nodes against the request.
+    added = sc.wait_for("the nodes it added", lambda: len(n := autoscaled_nodes(sc.kube)) >= 2 and n,
+                        timeout=30, interval=0.2)
     bound = sorted(n for n, node in sc.placement(names).items() if node)
+    assert not bound, f"members bound before the gang's last node booted: {bound}"
     sc.watcher.retire("gone")
     sc.delete(names)
     deleted = time.monotonic()
@@ -172,5 +206,87 @@ def test_d_a_gang_deleted_while_its_capacity_is_provisioned_leaves_nothing_behin
     sc.wait_for("its PodTemplate deleted", lambda: not quorum_podtemplates(sc), timeout=30)
     sc.wait_for("the added nodes scaled down", lambda: not autoscaled_nodes(sc.kube), timeout=180, interval=2)
     sc.record("deleted_to_no_nodes_seconds", round(time.monotonic() - deleted, 1))
-    sc.record("members_bound_when_deleted", bound)
+    sc.record("nodes_added", len(added))
+    sc.finish()
+
+
+def test_c_a_gang_that_cannot_fit_at_the_groups_max_gets_nothing_provisioned(
+        autoscaled: Scenario, static_nodes: list[str]) -> None:
+    """9 whole nodes in one rack; each rack has 2 free nodes and a node group of at most 6: no rack
+    can ever hold it. Quorum asks each rack in turn for 7 and is refused; no node is added, no request
+    stays, and the reason names the refusals."""
+    sc = autoscaled
+    sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
+                interval=2)
+    seen: set[str] = set()
+
+    def refused_everywhere() -> str | None:
+        seen.update(autoscaled_nodes(sc.kube))
+        reason = str((sc.gang_debug("huge") or {}).get("reason") or "")
+        return reason if "the autoscaler cannot add it in any rack" in reason else None
+
+    names = consuming_gang(sc, "huge", 9)
+    created = time.monotonic()
+    reason = sc.wait_for("the reason naming both racks' refusals", refused_everywhere, timeout=90,
+                         interval=0.5)
+    refused_after = round(time.monotonic() - created, 1)
+    assert "b0-r0:" in reason and "b0-r1:" in reason and "CapacityIsNotFound" in reason, reason
+    sc.assert_unbound_for(names, DEADLOCK_WATCH_SECONDS, what="the gang that fits nowhere")
+    seen.update(autoscaled_nodes(sc.kube))
+    assert not seen, f"nodes were provisioned for a gang that cannot fit: {sorted(seen)}"
+    assert not provisioning_requests(sc), "a refused request was left behind"
+    sc.record("refused_everywhere_after_seconds", refused_after)
+    sc.record("reason", reason[:300])
+    sc.watcher.retire("huge")
+    sc.delete(names)
+    sc.finish()
+
+
+def test_e_nodes_that_boot_slowly_are_kept_and_the_gang_binds_whole_once_the_last_boots(
+        autoscaled: Scenario, booter: Booter) -> None:
+    """From zero nodes, a required-rack gang of 4 whole nodes whose pods consume Quorum's request
+    (no rack is known yet: the request keeps its pods in one, by pod affinity). Two of the new nodes
+    boot at once, the other two 45 s later (the autoscaler removes nodes unneeded for 30 s). The
+    early nodes stay, nothing binds before the last node boots, and the gang binds whole."""
+    sc = autoscaled
+    sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
+                interval=2)
+    booter.plan([0.0, 0.0, SLOW_BOOT_SECONDS, SLOW_BOOT_SECONDS])
+    names = consuming_gang(sc, "slow", 4)
+    four = sc.wait_for("the 4 nodes Quorum asked for", lambda: len(nodes := autoscaled_nodes(sc.kube)) >= 4
+                       and nodes, timeout=90, interval=0.2)
+    assert set(four) <= booter.tainted_seen or sc.wait_for(
+        "the new nodes seen booting", lambda: set(four) <= booter.tainted_seen, timeout=10), (
+        "the autoscaler's nodes carry no startup taint: start the cluster with AUTOSCALER_BOOTING=1")
+    early = sorted(sc.wait_for("two nodes booted",
+                               lambda: len(b := [n for n in four if n in booter.booted]) >= 2 and b,
+                               timeout=30, interval=0.2))
+    early_at = max(booter.booted[n] for n in early)
+    vanished: set[str] = set()
+
+    def all_booted() -> bool:
+        present = autoscaled_nodes(sc.kube)
+        vanished.update(n for n in early if n not in present)
+        return all(n in booter.booted for n in four)
+
+    sc.wait_for("the late nodes booted", all_booted, timeout=SLOW_BOOT_SECONDS + 60, interval=1)
+    last_at = max(booter.booted[n] for n in four)
+    assert last_at - early_at > UNNEEDED_SECONDS, "the late nodes came too soon to show anything"
+    assert not vanished, f"the autoscaler removed early nodes while the gang waited: {sorted(vanished)}"
+    placement = sc.wait_bound(names, timeout=60, what="the gang bound once its last node booted")
+    pods = sc.pods_named(names)
+    bound_at = [stamp(next(c["lastTransitionTime"] for c in pod["status"]["conditions"]
+                           if c["type"] == "PodScheduled" and c["status"] == "True"))
+                for pod in pods.values()]
+    # PodScheduled times have 1 s resolution: a bind before the last boot shows as earlier by > 1 s.
+    early_binds = [round(last_at - t, 1) for t in bound_at if t < last_at - 1.0]
+    assert not early_binds, f"members bound before the last node booted (seconds early): {early_binds}"
+    labels = {n["metadata"]["name"]: n["metadata"]["labels"] for n in sc.kube.nodes()}
+    racks = {labels[node]["topology.quorum.dev/rack"] for node in placement.values()}
+    assert len(racks) == 1, f"the gang must be inside one rack: {placement}"
+    sc.record("early_to_last_boot_seconds", round(last_at - early_at, 1))
+    sc.record("bind_skew", sc.bind_skew(names))
+    sc.record("last_boot_to_bound_seconds", round(max(bound_at) - last_at, 1))
+    sc.wait_for("Quorum's ProvisioningRequest deleted once the gang bound",
+                lambda: not provisioning_requests(sc), timeout=30)
     sc.finish()
