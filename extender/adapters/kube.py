@@ -1,5 +1,7 @@
 """The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges, and the
-gang core's other side effects (evictions, Events, PodGroup conditions and annotations).
+gang core's other side effects (evictions, Events; PodGroup conditions and annotations and the
+gang-started ConfigMap are in ``gang_writes.py``, scale-up requests in ``scale_up_writes.py``, both
+mixed into ``KubeClient``).
 
 It uses aiohttp on the server's own event loop (the official client is synchronous and would
 block it); the ``kubernetes`` package is used only to load credentials from a kubeconfig or the
@@ -16,27 +18,24 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 import orjson
 
 from ..cluster.gang_sources import ANNOTATION_REQUEUE
-from ..cluster.records import GangHome, PodRecord
+from ..cluster.records import PodRecord
 from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
-from ..gang.effects import GangCondition, ObjectRef
+from ..gang.effects import ObjectRef
 from ..metrics import Metrics
 from .events import EventRecorder
+from .gang_writes import GangWrites, api_message
 from .scale_up_writes import ScaleUpWrites
 
 log = logging.getLogger(__name__)
 
-FIELD_MANAGER = "quorum"
 _WRITE_TIMEOUT = aiohttp.ClientTimeout(total=30)
-_MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
-_CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
 
 
 class ApiError(Exception):
@@ -98,7 +97,7 @@ def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-class KubeClient(ScaleUpWrites):
+class KubeClient(GangWrites, ScaleUpWrites):
     def __init__(self, credentials: Credentials, qps_burst: int = 200, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """``metrics`` (optional) counts Events by result; ``clock`` (intervals) and ``wall``
@@ -221,7 +220,7 @@ class KubeClient(ScaleUpWrites):
                                  f"back failed: {exc}") from exc
             if current is not None and (current.get("spec") or {}).get("nodeName") == node:
                 return
-        raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_message(resp.status, text)}")
+        raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
 
     async def _get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         async with self.session.get(self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
@@ -288,7 +287,7 @@ class KubeClient(ScaleUpWrites):
             raise EvictionFailed(f"evicting {pod} failed: {exc}") from exc
         if status in (200, 201, 404):  # 404: gone already
             return
-        message = _message(status, text)
+        message = api_message(status, text)
         if status == 409 and uid and "precondition" in message.lower() and "uid" in message.lower():
             log.info("pod to evict was already replaced", extra={"pod": pod, "uid": uid})
             return
@@ -300,63 +299,6 @@ class KubeClient(ScaleUpWrites):
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
         """Queue an Event; aggregated and rate limited by ``self.events`` (never blocks or raises)."""
         self.events.record(regarding, type_, reason, action, note)
-
-    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
-        """Server-side apply Quorum's conditions to a PodGroup's status.
-
-        Apply with field manager ``quorum`` owns exactly the conditions in the list, so other
-        controllers' conditions are kept (and one Quorum stops listing is removed). The transition
-        time stays what it was while a condition's status does not change. Errors are logged only.
-        """
-        gang = f"{home.namespace}/{home.name}"
-        # One write at a time per gang, in the order they were asked for: each sends the whole set,
-        # so an older set landing after a newer one would take back what the newer one added.
-        lock, users = self._condition_locks.get(gang, (asyncio.Lock(), 0))
-        self._condition_locks[gang] = (lock, users + 1)
-        try:
-            async with lock:
-                await self._apply_conditions(home, gang, conditions)
-        finally:
-            lock, users = self._condition_locks[gang]
-            if users > 1:
-                self._condition_locks[gang] = (lock, users - 1)
-            else:
-                del self._condition_locks[gang]
-
-    async def _apply_conditions(self, home: GangHome, gang: str, conditions: list[GangCondition]) -> None:
-        now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        known = self._conditions.pop(gang, {})
-        entries = []
-        for condition in conditions:
-            previous = known.get(condition.type)
-            since = previous[1] if previous is not None and previous[0] == condition.status else now
-            known[condition.type] = (condition.status, since)
-            entries.append({"type": condition.type, "status": "True" if condition.status else "False",
-                            "reason": condition.reason,
-                            "message": condition.message[:_CONDITION_MESSAGE_LIMIT],
-                            "lastTransitionTime": since})
-        self._conditions[gang] = known
-        while len(self._conditions) > _MAX_GANGS_REMEMBERED:
-            self._conditions.popitem(last=False)
-        body = {"apiVersion": home.api_version, "kind": home.kind,
-                "metadata": {"name": home.name, "namespace": home.namespace},
-                "status": {"conditions": entries}}
-        path = home.path + f"/status?fieldManager={FIELD_MANAGER}&force=true"
-        if await self._patch_podgroup(gang, "conditions", path, body, "application/apply-patch+yaml") == 404:
-            self._conditions.pop(gang, None)
-
-    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
-        """Merge-patch bookkeeping annotations on a gang's object, a PodGroup of any API (None
-        removes one); True when written.
-
-        An object that is gone is not an error; other failures are logged, and the caller, which
-        keeps the same values in memory, writes them again next time.
-        """
-        gang = f"{home.namespace}/{home.name}"
-        body = {"metadata": {"annotations": annotations}}
-        status = await self._patch_podgroup(gang, "annotations", home.path, body,
-                                            "application/merge-patch+json")
-        return status == 200
 
     async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Merge-patch bookkeeping annotations on a pod (a gang declared by annotations keeps its
@@ -371,68 +313,13 @@ class KubeClient(ScaleUpWrites):
             return False
         if status not in (200, 404):
             log.warning("writing pod annotations failed",
-                        extra={"pod": f"{namespace}/{name}", "error": _message(status, text)})
+                        extra={"pod": f"{namespace}/{name}", "error": api_message(status, text)})
         return status == 200
 
-    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
-                                      data: dict[str, str]) -> bool:
-        """Server-side apply the gang-started ConfigMap (owned by the gang's object, so it goes with
-        it); True when written. Failures are logged: the Event and condition still tell the start."""
-        meta: dict[str, Any] = {"name": name, "namespace": namespace,
-                                "labels": {"app.kubernetes.io/managed-by": "quorum"}}
-        if owner is not None and owner.uid:
-            meta["ownerReferences"] = [{"apiVersion": owner.api_version, "kind": owner.kind,
-                                        "name": owner.name, "uid": owner.uid}]
-        body = orjson.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
-        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=quorum&force=true"
-        status = await self._configmap_write("PATCH", path, body, "application/apply-patch+yaml", name)
-        return status in (200, 201)
-
-    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
-        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
-        status = await self._configmap_write("DELETE", path, b"", "application/json", name)
-        return status in (200, 202, 404)
-
-    async def _configmap_write(self, method: str, path: str, body: bytes, content_type: str,
-                               name: str) -> int:
-        try:
-            status, text = await self.write(method, path, body, content_type)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning("writing the gang-started ConfigMap failed",
-                        extra={"configmap": name, "error": str(exc)})
-            return 0
-        if status not in (200, 201, 202, 404):
-            log.warning("writing the gang-started ConfigMap failed",
-                        extra={"configmap": name, "error": _message(status, text)})
-        return status
-
-    async def _patch_podgroup(self, gang: str, what: str, path: str, body: dict[str, Any],
-                              content_type: str) -> int:
-        """PATCH a PodGroup; 0 when the apiserver was not reached. Failures other than 404 (the
-        PodGroup is gone: nothing to write) are logged at warning."""
-        try:
-            status, text = await self.write("PATCH", path, orjson.dumps(body), content_type)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            log.warning(f"writing PodGroup {what} failed", extra={"gang": gang, "error": str(exc)})
-            return 0
-        if status not in (200, 201, 404):
-            log.warning(f"writing PodGroup {what} failed",
-                        extra={"gang": gang, "error": _message(status, text)})
-        return status
-
-
-def _message(status: int, body: bytes) -> str:
-    try:
-        doc = orjson.loads(body)
-        if isinstance(doc, dict) and doc.get("message"):
-            return f"HTTP {status}: {doc['message']}"
-    except orjson.JSONDecodeError:
-        pass
-    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
 
 
 def _error(status: int, body: bytes) -> ApiError:
-    message = _message(status, body)
+    message = api_message(status, body)
     if status == 410:
         return Gone(status, message)
     return ApiError(status, message)

@@ -1,0 +1,153 @@
+"""The writes to a gang's own objects, as part of the one Kubernetes client (``kube.py``): PodGroup
+conditions and bookkeeping annotations, and the gang-started ConfigMap.
+
+Conditions are applied server-side with field manager ``quorum``, one write at a time per gang; the
+transition times Quorum wrote are remembered (for a bounded number of gangs) so that a condition
+whose status does not change keeps its time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ..cluster.records import GangHome
+from ..gang.effects import GangCondition
+
+log = logging.getLogger(__name__)
+
+FIELD_MANAGER = "quorum"
+_MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
+_CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
+
+
+class GangWrites:
+    """Mixed into ``KubeClient``, which provides ``write`` and the state below."""
+
+    _wall: Callable[[], float]
+    # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
+    _conditions: OrderedDict[str, dict[str, tuple[bool, str]]]
+    _condition_locks: dict[str, tuple[asyncio.Lock, int]]  # gang -> its lock, callers
+
+    async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        raise NotImplementedError  # KubeClient's
+
+    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
+        """Server-side apply Quorum's conditions to a PodGroup's status.
+
+        Apply with field manager ``quorum`` owns exactly the conditions in the list, so other
+        controllers' conditions are kept (and one Quorum stops listing is removed). The transition
+        time stays what it was while a condition's status does not change. Errors are logged only.
+        """
+        gang = f"{home.namespace}/{home.name}"
+        # One write at a time per gang, in the order they were asked for: each sends the whole set,
+        # so an older set landing after a newer one would take back what the newer one added.
+        lock, users = self._condition_locks.get(gang, (asyncio.Lock(), 0))
+        self._condition_locks[gang] = (lock, users + 1)
+        try:
+            async with lock:
+                await self._apply_conditions(home, gang, conditions)
+        finally:
+            lock, users = self._condition_locks[gang]
+            if users > 1:
+                self._condition_locks[gang] = (lock, users - 1)
+            else:
+                del self._condition_locks[gang]
+
+    async def _apply_conditions(self, home: GangHome, gang: str, conditions: list[GangCondition]) -> None:
+        now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        known = self._conditions.pop(gang, {})
+        entries = []
+        for condition in conditions:
+            previous = known.get(condition.type)
+            since = previous[1] if previous is not None and previous[0] == condition.status else now
+            known[condition.type] = (condition.status, since)
+            entries.append({"type": condition.type, "status": "True" if condition.status else "False",
+                            "reason": condition.reason,
+                            "message": condition.message[:_CONDITION_MESSAGE_LIMIT],
+                            "lastTransitionTime": since})
+        self._conditions[gang] = known
+        while len(self._conditions) > _MAX_GANGS_REMEMBERED:
+            self._conditions.popitem(last=False)
+        body = {"apiVersion": home.api_version, "kind": home.kind,
+                "metadata": {"name": home.name, "namespace": home.namespace},
+                "status": {"conditions": entries}}
+        path = home.path + f"/status?fieldManager={FIELD_MANAGER}&force=true"
+        if await self._patch_podgroup(gang, "conditions", path, body, "application/apply-patch+yaml") == 404:
+            self._conditions.pop(gang, None)
+
+    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
+        """Merge-patch bookkeeping annotations on a gang's object, a PodGroup of any API (None
+        removes one); True when written.
+
+        An object that is gone is not an error; other failures are logged, and the caller, which
+        keeps the same values in memory, writes them again next time.
+        """
+        gang = f"{home.namespace}/{home.name}"
+        body = {"metadata": {"annotations": annotations}}
+        status = await self._patch_podgroup(gang, "annotations", home.path, body,
+                                            "application/merge-patch+json")
+        return status == 200
+
+    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
+                                      data: dict[str, str]) -> bool:
+        """Server-side apply the gang-started ConfigMap (owned by the gang's object, so it goes with
+        it); True when written. Failures are logged: the Event and condition still tell the start."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace,
+                                "labels": {"app.kubernetes.io/managed-by": "quorum"}}
+        if owner is not None and owner.uid:
+            meta["ownerReferences"] = [{"apiVersion": owner.api_version, "kind": owner.kind,
+                                        "name": owner.name, "uid": owner.uid}]
+        body = orjson.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data})
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}?fieldManager=quorum&force=true"
+        status = await self._configmap_write("PATCH", path, body, "application/apply-patch+yaml", name)
+        return status in (200, 201)
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+        status = await self._configmap_write("DELETE", path, b"", "application/json", name)
+        return status in (200, 202, 404)
+
+    async def _configmap_write(self, method: str, path: str, body: bytes, content_type: str,
+                               name: str) -> int:
+        try:
+            status, text = await self.write(method, path, body, content_type)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("writing the gang-started ConfigMap failed",
+                        extra={"configmap": name, "error": str(exc)})
+            return 0
+        if status not in (200, 201, 202, 404):
+            log.warning("writing the gang-started ConfigMap failed",
+                        extra={"configmap": name, "error": api_message(status, text)})
+        return status
+
+    async def _patch_podgroup(self, gang: str, what: str, path: str, body: dict[str, Any],
+                              content_type: str) -> int:
+        """PATCH a PodGroup; 0 when the apiserver was not reached. Failures other than 404 (the
+        PodGroup is gone: nothing to write) are logged at warning."""
+        try:
+            status, text = await self.write("PATCH", path, orjson.dumps(body), content_type)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning(f"writing PodGroup {what} failed", extra={"gang": gang, "error": str(exc)})
+            return 0
+        if status not in (200, 201, 404):
+            log.warning(f"writing PodGroup {what} failed",
+                        extra={"gang": gang, "error": api_message(status, text)})
+        return status
+
+
+def api_message(status: int, body: bytes) -> str:
+    try:
+        doc = orjson.loads(body)
+        if isinstance(doc, dict) and doc.get("message"):
+            return f"HTTP {status}: {doc['message']}"
+    except orjson.JSONDecodeError:
+        pass
+    return f"HTTP {status}: {body[:200].decode(errors='replace')}"
