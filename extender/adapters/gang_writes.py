@@ -8,7 +8,6 @@ whose status does not change keeps its time.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Callable
@@ -20,6 +19,7 @@ import orjson
 
 from ..cluster.records import GangHome
 from ..gang.effects import GangCondition
+from ..gang.serial import InOrder
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class GangWrites:
     _wall: Callable[[], float]
     # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
     _conditions: OrderedDict[str, dict[str, tuple[bool, str]]]
-    _condition_locks: dict[str, tuple[asyncio.Lock, int]]  # gang -> its lock, callers
+    _condition_order: InOrder  # a gang's condition writes, one at a time
 
     async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
         raise NotImplementedError  # KubeClient's
@@ -49,17 +49,7 @@ class GangWrites:
         gang = f"{home.namespace}/{home.name}"
         # One write at a time per gang, in the order they were asked for: each sends the whole set,
         # so an older set landing after a newer one would take back what the newer one added.
-        lock, users = self._condition_locks.get(gang, (asyncio.Lock(), 0))
-        self._condition_locks[gang] = (lock, users + 1)
-        try:
-            async with lock:
-                await self._apply_conditions(home, gang, conditions)
-        finally:
-            lock, users = self._condition_locks[gang]
-            if users > 1:
-                self._condition_locks[gang] = (lock, users - 1)
-            else:
-                del self._condition_locks[gang]
+        await self._condition_order.run(gang, lambda: self._apply_conditions(home, gang, conditions))
 
     async def _apply_conditions(self, home: GangHome, gang: str, conditions: list[GangCondition]) -> None:
         now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -28,6 +28,7 @@ from ..cluster.records import PodRecord
 from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
 from ..gang.effects import ObjectRef
+from ..gang.serial import InOrder
 from ..metrics import Metrics
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message
@@ -110,7 +111,7 @@ class KubeClient(GangWrites, ScaleUpWrites):
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
         # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
         self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
-        self._condition_locks: dict[str, tuple[asyncio.Lock, int]] = {}  # gang -> its lock, callers
+        self._condition_order = InOrder()
 
     @property
     def session(self) -> aiohttp.ClientSession:

@@ -7,9 +7,9 @@ Quorum chooses one with the same reading of capacity as placement (where the few
 missing; a domain the autoscaler said it cannot grow is not asked again for a while) and makes an
 atomic ProvisioningRequest for the members missing there: a PodTemplate with a member's requests
 and a nodeSelector on that domain's label, as many as do not fit in the domain's free capacity now.
-The autoscaler adds those nodes or says it cannot; the gang binds whole once they exist. (Asking for
-the whole gang would not do: the autoscaler's own simulation already counts the gang's pending pods
-on the domain's free nodes, so it would look for room for them twice.)
+The autoscaler adds those nodes or says it cannot; the gang binds whole once they exist. (For pods
+that do not consume the request, asking for the whole gang would not do: the autoscaler's own
+simulation counts them on the domain's free nodes, and looks for room for them on its own too.)
 
 Pods that carry ``autoscaling.x-k8s.io/consume-provisioning-request`` are left out of the
 autoscaler's own scale-up: their room comes only through the request of that name, which Quorum
@@ -30,13 +30,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Callable, Collection, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.model import fits, format_resources
 from .core import Core
+from .serial import InOrder
 from .state import GangState, Phase
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class Provisioner:
         self.requests: dict[str, ScaleUp] = {}  # gang key -> its open request
         # gang key -> domain -> (the autoscaler's answer, when)
         self.refused: dict[str, dict[str, tuple[str, float]]] = {}
-        self._writes: dict[str, asyncio.Future[Any]] = {}  # gang key -> its latest write
+        self._writes = InOrder()  # a gang's request writes, one at a time
         self._timers: dict[str, asyncio.TimerHandle] = {}  # gang key -> when refusals expire
         core.observers.append(self.on_phase)
         core.cache.scale_ups.on_change = self.on_status
@@ -190,8 +190,7 @@ class Provisioner:
                 state is not None and (state.phase in _DONE or self.core.ledger.reserved_count(key))):
             return
         state = self.core.state(key)
-        running = sum(1 for m in members if m.node_name and not m.terminal)
-        asked = self.on_nofit(state, spec, pending, spec.min_count - running)
+        asked = self.on_nofit(state, spec, pending, spec.min_count - self.core.cache.bound_count(key))
         if asked and asked not in state.reason:
             state.reason = f"no node can take it now; {asked}"
             self.core.sync(state)
@@ -240,21 +239,10 @@ class Provisioner:
             namespace, name = request.key.split("/", 1)
             self._write(key, lambda: self.core.actions.delete_scale_up(namespace, name))
 
-    def _write(self, key: str, make: Callable[[], Coroutine[Any, Any, bool]]) -> None:
+    def _write(self, key: str, make: Callable[[], Awaitable[bool]]) -> None:
         """Run a write of the gang's request after its earlier ones: a request replaced under the
         same name must be deleted before it is made again."""
-        before = self._writes.get(key)
-
-        async def run() -> None:
-            if before is not None and not before.done():
-                await asyncio.wait([before])
-            await make()
-
-        task = asyncio.ensure_future(run())
-        self._writes[key] = task
-        task.add_done_callback(lambda done: self._writes.pop(key, None) if self._writes.get(key) is done
-                               else None)
-        self.core.spawn(task)
+        self.core.spawn(self._writes.run(key, make))
 
     def on_status(self, request_key: str) -> None:
         """The autoscaler answered (or a request went): the gang's answer may change."""
