@@ -25,9 +25,10 @@ from typing import Any
 
 import aiohttp
 
-from ..cluster.cache import ClusterCache, Rejected
+from ..cluster.cache import ClusterCache
 from ..cluster.device_feed import DEVICE_SOURCES, DeviceFeed
 from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
+from ..cluster.relist import Rejected
 from ..cluster.resources import QuantityError
 from ..cluster.scale_ups import KIND as SCALE_UPS
 from ..cluster.scale_ups import PATH as SCALE_UP_PATH

@@ -21,6 +21,7 @@ from .device_accounting import DeviceAccounting
 from .devices import ALL_NODES, Changes, DeviceInventory
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
+from .relist import Rejected, relist
 from .resources import Resources, add_into, beyond_capacity, subtract_into
 from .scale_ups import ScaleUpTable
 
@@ -38,8 +39,6 @@ Listener = Callable[[CacheEvent], None]
 # Told of an object whose quantities were clamped (kind, "namespace/name" or node name, resources):
 # it is kept, but can never fit, so whoever wires the cache reports it.
 ClampedHook = Callable[[str, str, list[str]], None]
-# An object a relist could not take, and why; the others are loaded all the same.
-Rejected = tuple[Any, Exception]
 
 # Event kinds. ``key`` is a pod uid for the pod events, a node name for the node events and a gang
 # key for the gang events.
@@ -229,12 +228,8 @@ class ClusterCache(DeviceAccounting):
         self._emit(CacheEvent(NODE_REMOVED, name))
 
     def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
-        """Load a full list; an object that cannot be taken is returned, the others still load."""
-        fresh = {_meta(o, "name"): o for o in objs}
-        for name in list(self.nodes):
-            if name not in fresh:
-                self.delete_node(name)
-        rejected = _each(fresh.values(), self.upsert_node)
+        """Load a full list (``relist.py``)."""
+        rejected = relist(objs, lambda o: _meta(o, "name"), self.nodes, self.delete_node, self.upsert_node)
         self.set_synced("nodes", True)
         return rejected
 
@@ -327,12 +322,8 @@ class ClusterCache(DeviceAccounting):
             self.declarations.forget_members(gang_key)
 
     def replace_pods(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
-        """Load a full list; a pod that cannot be taken keeps its last good record, if any."""
-        fresh = list(objs)
-        seen = {_meta(o, "uid") for o in fresh}
-        for uid in [u for u in self.pods if u not in seen]:
-            self._drop_pod(uid)
-        rejected = _each(fresh, self.upsert_pod)
+        """Load a full list (``relist.py``); a pod that cannot be taken keeps its last good record."""
+        rejected = relist(objs, lambda o: _meta(o, "uid"), self.pods, self._drop_pod, self.upsert_pod)
         self.set_synced("pods", True)
         return rejected
 
@@ -350,12 +341,13 @@ class ClusterCache(DeviceAccounting):
 
     def replace_gang_objects(self, source: GangObjectSource,
                              objs: Iterable[dict[str, Any]]) -> list[Rejected]:
-        """Load a full list; an object that cannot be taken is returned, the others still load."""
-        fresh = {f"{_meta(o, 'namespace')}/{_meta(o, 'name')}": o for o in objs}
-        for ident in [i for i in self.declarations.objects_of(source.name) if i not in fresh]:
+        """Load a full list (``relist.py``)."""
+        def delete(ident: str) -> None:
             namespace, name = ident.split("/", 1)
             self.delete_gang_object(source, {"metadata": {"namespace": namespace, "name": name}})
-        rejected = _each(fresh.values(), lambda obj: self.upsert_gang_object(source, obj))
+        rejected = relist(objs, lambda o: f"{_meta(o, 'namespace')}/{_meta(o, 'name')}",
+                          self.declarations.objects_of(source.name), delete,
+                          lambda obj: self.upsert_gang_object(source, obj))
         self.set_synced(source.name, True)
         return rejected
 
@@ -422,17 +414,6 @@ def _meta(obj: Any, field: str) -> str:
     """One metadata field of an object of any shape ("" when absent), for keying a relist."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return str(meta.get(field) or "") if isinstance(meta, dict) else ""
-
-
-def _each(objs: Iterable[Any], upsert: Callable[[Any], None]) -> list[Rejected]:
-    """Upsert every object; one that fails is collected instead of stopping the rest."""
-    rejected: list[Rejected] = []
-    for obj in objs:
-        try:
-            upsert(obj)
-        except Exception as exc:  # any object the cache cannot take: reported by the caller
-            rejected.append((obj, exc))
-    return rejected
 
 
 def _declared(spec: GangSpec) -> tuple[object, ...]:

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 from .device_demand import key_of
 from .devices import Changes, DeviceInventory
+from .relist import Rejected, relist
 
 if TYPE_CHECKING:
-    from .cache import ClusterCache, Rejected
+    from .cache import ClusterCache
 
 Update = Callable[[DeviceInventory, Mapping[str, Any]], Changes]
 
@@ -60,17 +61,10 @@ class DeviceFeed:
         self.apply(source.delete(self.inventory, obj))
 
     def replace(self, source: DeviceKindSource, objs: Iterable[Mapping[str, Any]]) -> list[Rejected]:
-        """Load a full list: objects gone since are deleted, the others upserted one by one."""
-        fresh = {key_of(o): o for o in objs if isinstance(o, Mapping)}
-        for ident, stub in list(self._known[source.name].items()):
-            if ident not in fresh:
-                self.delete(source, stub)
-        rejected: list[Rejected] = []
-        for obj in fresh.values():
-            try:
-                self.upsert(source, obj)
-            except Exception as exc:  # an object the inventory cannot take: reported by the caller
-                rejected.append((obj, exc))
+        """Load a full list (``relist.py``)."""
+        known = self._known[source.name]
+        rejected = relist(objs, key_of, known, lambda ident: self.delete(source, known[ident]),
+                          lambda obj: self.upsert(source, obj))
         self.cache.set_synced(source.name, True)
         return rejected
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .device_demand import field_of, items_of, key_of
+from .relist import Rejected, relist
 
 KIND = "provisioningrequests"
 PATH = "/apis/autoscaling.x-k8s.io/v1/provisioningrequests"
@@ -62,6 +63,8 @@ class ScaleUpTable:
         self.on_change: Callable[[str], None] | None = None
 
     def upsert(self, obj: Mapping[str, Any]) -> None:
+        if not isinstance(obj, Mapping):
+            raise ValueError(f"{KIND}: object expected")
         key = key_of(obj)
         status = status_of(obj)
         if self.requests.get(key) != status:
@@ -73,14 +76,12 @@ class ScaleUpTable:
         if self.requests.pop(key, None) is not None:
             self._tell(key)
 
-    def replace(self, objs: Iterable[Mapping[str, Any]]) -> list[tuple[Any, Exception]]:
-        fresh = {key_of(o): o for o in objs if isinstance(o, Mapping)}
-        for key in [k for k in self.requests if k not in fresh]:
+    def replace(self, objs: Iterable[Mapping[str, Any]]) -> list[Rejected]:
+        """Load a full list (``relist.py``)."""
+        def delete(key: str) -> None:
             namespace, name = key.split("/", 1)
             self.delete({"metadata": {"namespace": namespace, "name": name}})
-        for obj in fresh.values():
-            self.upsert(obj)
-        return []
+        return relist(objs, key_of, self.requests, delete, self.upsert)
 
     def _tell(self, key: str) -> None:
         if self.on_change is not None:
