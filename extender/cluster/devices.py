@@ -26,11 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from .device_cel import Field, SelectorCache, device_data, fields_read, project_raw
 from .device_demand import (
-    Choice,
     DeviceKind,
     Ident,
     Request,
@@ -45,10 +41,10 @@ from .device_demand import (
     pod_claim_refs,
     selectors_of,
 )
+from .device_match import DeviceCatalog
 from .resources import Resources
 
 ALL_NODES = "*"  # a change that may move the free devices of every node
-_MEMO_LIMIT = 1 << 20  # selector results and device variables kept; rebuilt after a clear
 
 
 @dataclass(slots=True)
@@ -75,30 +71,19 @@ class Changes:
 
 class DeviceInventory:
     def __init__(self) -> None:
-        self.selectors = SelectorCache()
+        self.catalog = DeviceCatalog()  # what each device is, and which selectors pick it
         self._slices: dict[str, tuple[str, tuple[Ident, ...]]] = {}  # slice name -> node, devices
         self._node_devices: dict[str, dict[Ident, str]] = defaultdict(dict)  # node -> device -> signature
         self._device_node: dict[Ident, str] = {}
-        # signature -> (driver, attributes, capacity) of the devices that have it, and how many do
-        self._device_raw: dict[str, list[Any]] = {}
-        self._device_data: dict[str, dict[str, Any]] = {}  # signature -> the CEL ``device`` variable
-        self._unencodable = 0
         self._claims: dict[str, _Claim] = {}
         self._allocated: dict[Ident, str] = {}  # device -> claim key
         self._templates: dict[str, tuple[Request, ...]] = {}
-        self._classes: dict[str, tuple[str, ...]] = {}
         self._pods: dict[str, _PodClaims] = {}
         self._claim_users: dict[str, set[str]] = defaultdict(set)  # claim key -> pods naming it
         self._template_users: dict[str, set[str]] = defaultdict(set)
         self._kinds: dict[str, DeviceKind] = {}
         self._kind_refs: dict[str, int] = {}
-        self._match: dict[tuple[str, str], bool] = {}  # (choice.selects, device signature)
-        # Selectors read a few fields of a device: devices alike in those share one evaluation.
-        self._fields: dict[str, tuple[Field, ...] | None] = {}
-        self._projected: dict[tuple[str, object], bool] = {}
-        self._checked: dict[str, str] = {}  # kind key -> why it cannot be counted ("" when it can)
         self._free: dict[str, Resources] = {}
-        self.last_error = ""  # the newest selector evaluation error, for logs and /debug
 
     # --- ResourceSlices ------------------------------------------------------------------
     def upsert_slice(self, obj: Mapping[str, Any]) -> Changes:
@@ -116,8 +101,8 @@ class DeviceInventory:
             ident = (driver, pool, device["name"])
             replaced = self._node_devices[node].get(ident)
             if replaced is not None:  # the same device published twice: counted once
-                self._forget_signature(replaced)
-            self._node_devices[node][ident] = self._signature(driver, device)
+                self.catalog.forget(replaced)
+            self._node_devices[node][ident] = self.catalog.signature(driver, device)
             self._device_node[ident] = node
             idents.append(ident)
         self._slices[name] = (node, tuple(idents))
@@ -136,45 +121,13 @@ class DeviceInventory:
         for ident in idents:
             signature = devices.pop(ident, None)
             if signature is not None:
-                self._forget_signature(signature)
+                self.catalog.forget(signature)
             if self._device_node.get(ident) == node:
                 del self._device_node[ident]
         if not devices:
             self._node_devices.pop(node, None)
         self._free.pop(node, None)
         return {node}
-
-    def _signature(self, driver: str, device: Mapping[str, Any]) -> str:
-        """Identical devices share one signature, so a selector is evaluated once for all of them."""
-        attributes, capacity = field_of(device, "attributes"), field_of(device, "capacity")
-        try:
-            signature = orjson.dumps([driver, attributes, capacity], option=orjson.OPT_SORT_KEYS).decode()
-        except (orjson.JSONEncodeError, TypeError):  # keys or numbers JSON cannot hold: alike only to itself
-            self._unencodable += 1
-            signature = f"{driver}\0#{self._unencodable}"
-        held = self._device_raw.get(signature)
-        if held is None:
-            self._device_raw[signature] = [(driver, attributes, capacity), 1]
-        else:
-            held[1] += 1
-        return signature
-
-    def _forget_signature(self, signature: str) -> None:
-        held = self._device_raw.get(signature)
-        if held is not None:
-            held[1] -= 1
-            if held[1] <= 0:
-                del self._device_raw[signature]
-                self._device_data.pop(signature, None)
-
-    def _data(self, signature: str) -> dict[str, Any]:
-        """The CEL ``device`` variable, built only for devices a selector is evaluated on."""
-        data = self._device_data.get(signature)
-        if data is None:
-            if len(self._device_data) > _MEMO_LIMIT:
-                self._device_data.clear()
-            data = self._device_data[signature] = device_data(*self._device_raw[signature][0])
-        return data
 
     # --- ResourceClaims and templates ----------------------------------------------------
     def upsert_claim(self, obj: Mapping[str, Any]) -> Changes:
@@ -234,7 +187,7 @@ class DeviceInventory:
                 self._kind_refs[key] -= 1
                 if not self._kind_refs[key]:
                     del self._kind_refs[key], self._kinds[key]
-                    self._checked.pop(key, None)
+                    self.catalog.forget_kind(key)
                     moved = True
         if moved:
             self._free.clear()
@@ -244,22 +197,15 @@ class DeviceInventory:
     # --- DeviceClasses -------------------------------------------------------------------
     def upsert_class(self, obj: Mapping[str, Any]) -> Changes:
         selectors = selectors_of(field_of(obj, "spec").get("selectors"))
-        name = name_of(obj)
-        if self._classes.get(name) == selectors:
-            return Changes(set(), set())
-        self._classes[name] = selectors
-        return self._classes_moved()
+        return self._classes_moved(self.catalog.set_class(name_of(obj), selectors))
 
     def delete_class(self, obj: Mapping[str, Any]) -> Changes:
-        if self._classes.pop(name_of(obj), None) is None:
-            return Changes(set(), set())
-        return self._classes_moved()
+        return self._classes_moved(self.catalog.drop_class(name_of(obj)))
 
-    def _classes_moved(self) -> Changes:
-        self._match.clear()
-        self._fields.clear()
-        self._projected.clear()
-        self._checked.clear()
+    def _classes_moved(self, moved: bool) -> Changes:
+        """A class changed: every node's free devices, and every pod's demand, may have."""
+        if not moved:
+            return Changes(set(), set())
         self._free.clear()
         return Changes({ALL_NODES}, set(self._pods))
 
@@ -326,7 +272,7 @@ class DeviceInventory:
         total: Resources = {}
         for claim_name, template in pod.refs:
             requests = self._requests_of(pod.namespace, claim_name, template)
-            add_demand(total, [self._check(r) for r in requests])
+            add_demand(total, [self.catalog.check(r) for r in requests])
         return total
 
     def _requests_of(self, namespace: str, claim_name: str, template: str) -> tuple[Request, ...]:
@@ -351,28 +297,6 @@ class DeviceInventory:
     def _users_of(self, key: str, claim: _Claim) -> set[str]:
         return self._claim_users.get(key, set()) | claim.users
 
-    def _check(self, request: Request) -> Request:
-        """The request, or why it cannot be counted: a class not seen, a selector that cannot compile."""
-        if request.kind is None:
-            return request
-        why = self._checked.get(request.kind.key)
-        if why is None:
-            why = ""
-            for choice in request.kind.choices:
-                classes = self._classes.get(choice.class_name)
-                if classes is None:
-                    why = f"DeviceClass {choice.class_name[:100]} not found"
-                    break
-                for expression in (*classes, *choice.selectors):
-                    compiled = self.selectors.compile(expression)
-                    if isinstance(compiled, str):
-                        why = f"a selector of {choice.class_name[:100]} {compiled}"
-                        break
-                if why:
-                    break
-            self._checked[request.kind.key] = why
-        return Request(None, request.amount, why) if why else request
-
     # --- free devices --------------------------------------------------------------------
     def node_free(self, node: str) -> Resources:
         """Per device kind asked for anywhere: how much this node can still give (shared dict)."""
@@ -394,7 +318,7 @@ class DeviceInventory:
         out: Resources = {}
         for kind in self._kinds.values():
             if kind.per_device:
-                amount = sum(1 for sig in free if self._matches(kind.choices[0], sig))
+                amount = sum(1 for sig in free if self.catalog.matches(kind.choices[0], sig))
             else:
                 amount = self._requests_served(kind, devices, free)
             if amount:
@@ -407,9 +331,9 @@ class DeviceInventory:
         assumed gone for all (exact for choices of one class, cautious for overlapping ones)."""
         left = []
         for choice in kind.choices:
-            available = sum(1 for sig in free if self._matches(choice, sig))
+            available = sum(1 for sig in free if self.catalog.matches(choice, sig))
             if choice.all_devices:
-                matching = sum(1 for sig in devices.values() if self._matches(choice, sig))
+                matching = sum(1 for sig in devices.values() if self.catalog.matches(choice, sig))
                 available = available if matching and available == matching else 0
             left.append((choice, available))
         served = 0
@@ -433,29 +357,6 @@ class DeviceInventory:
         pod = self._pods.get(next(iter(users)))
         return pod is not None and not pod.bound  # held by the pending pod's own demand
 
-    def _matches(self, choice: Choice, signature: str) -> bool:
-        known = self._match.get((choice.selects, signature))
-        if known is None:
-            if choice.selects not in self._fields:
-                expressions = (*self._classes.get(choice.class_name, ()), *choice.selectors)
-                self._fields[choice.selects] = fields_read(expressions)
-            fields = self._fields[choice.selects]
-            driver, attributes, capacity = self._device_raw[signature][0]
-            projected = project_raw(driver, attributes, capacity, fields) if fields is not None else None
-            key = (choice.selects, signature if projected is None else projected)
-            known = self._projected.get(key)
-            if known is None:
-                if len(self._projected) > _MEMO_LIMIT or len(self._match) > _MEMO_LIMIT:
-                    self._projected.clear()
-                    self._match.clear()
-                expressions = (*self._classes.get(choice.class_name, ()), *choice.selectors)
-                result = self.selectors.all_match(expressions, self._data(signature))
-                if isinstance(result, str):
-                    self.last_error = f"{choice.class_name}: {result}"
-                known = self._projected[key] = result is True  # an expression that fails selects nothing
-            self._match[(choice.selects, signature)] = known
-        return known
-
     def _nodes_of(self, idents: tuple[Ident, ...]) -> set[str]:
         nodes = {self._device_node[i] for i in idents if i in self._device_node}
         for node in nodes:
@@ -464,4 +365,4 @@ class DeviceInventory:
 
     def counts(self) -> dict[str, int]:
         return {"resourceslices": len(self._slices), "resourceclaims": len(self._claims),
-                "deviceclasses": len(self._classes), "device_kinds": len(self._kinds)}
+                "deviceclasses": len(self.catalog.classes), "device_kinds": len(self._kinds)}

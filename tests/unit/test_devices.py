@@ -219,8 +219,8 @@ def test_devices_alike_in_what_a_selector_reads_share_one_evaluation() -> None:
             device["attributes"]["uuid"] = {"string": f"GPU-{n}-{i}"}
         inventory.upsert_slice(obj)
     evaluations = []
-    evaluate = inventory.selectors.all_match
-    inventory.selectors.all_match = lambda e, d: evaluations.append(d) or evaluate(e, d)  # type: ignore[method-assign]
+    evaluate = inventory.catalog.selectors.all_match
+    inventory.catalog.selectors.all_match = lambda e, d: evaluations.append(d) or evaluate(e, d)  # type: ignore[method-assign]
     free = [inventory.node_free(f"n{n}").get(KIND, 0) for n in range(50)]
     assert free == [0, 8] * 25
     assert len(evaluations) == 2  # one a100, one h100
