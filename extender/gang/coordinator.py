@@ -286,14 +286,20 @@ class Coordinator(CacheReactions):
 
         A gang ends up partly bound only when binding was cut short (Quorum restarted in the middle
         of a gang's concurrent bind calls, or the apiserver refused one of them). Its bound members
-        pin its domain; if another gang were placed there first, the rest could never join.
+        pin its domain; if another gang were placed there first, the rest could never join. The
+        head of the queue's claim still holds: a gang it outranks is completed outside it, as its
+        own filter calls would place it.
         """
         for spec, pending, bound_nodes in self.planner.partial_gangs(exclude):
             state = self.core.state(spec.key)
             by_uid = {m.uid: m for m in pending}
-            result = self.planner.plan(spec, by_uid, list(self.cache.nodes), bound_nodes, None)
+            nodes = list(self.cache.nodes)
+            claim = self.queue.blocking(spec.key, self.queue.priority_of(spec.key))
+            if claim is not None:
+                nodes = keep_off(claim, nodes)
+            result = self.planner.plan(spec, by_uid, nodes, bound_nodes, None)
             if isinstance(result, NoFit):
-                self.planner.remember_nofit(state, result, list(self.cache.nodes))
+                self.planner.remember_nofit(state, result, nodes)
                 continue
             self._reserve(state, result, by_uid, spec.min_count - len(bound_nodes), first_uid=None)
             log.info("partly bound gang repaired", extra={"gang": spec.key, "bound": len(bound_nodes)})

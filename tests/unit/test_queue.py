@@ -183,6 +183,24 @@ async def test_a_gang_that_fits_only_in_the_claim_is_told_why() -> None:
     assert world.coordinator.debug_document()["claim"]["gang"] == "ml/big"
 
 
+async def test_a_partly_bound_gang_is_repaired_outside_the_claim() -> None:
+    """A gang another scheduler bound in part (one member inside the claimed rack) is completed
+    when the next gang is placed; its missing member, of a lower-ordered gang, keeps off the claim
+    like any backfill (found by the stateful test: the repair reserved inside the claim)."""
+    world, _ = claimed_at_once()
+    claimed = world.claim.nodes
+    group = make_podgroup("part", 2)
+    group["spec"]["priority"] = 0  # the claim's own: it ranks below the head gang
+    world.cache.upsert_podgroup(group)
+    world.add(gang_pod("part0", podgroup="part", gpus=4, node_name="b0-r0-n1"))  # bound by someone else
+    world.add(gang_pod("part1", podgroup="part", gpus=4))
+    world.filter("big0")  # any placement repairs partly bound gangs first
+    reservation = world.coordinator.reservation_of("ml/part")
+    assert set(reservation) == {"uid-part1"}, reservation
+    assert reservation["uid-part1"] not in claimed
+    world.check()
+
+
 async def test_the_claim_fills_as_its_pods_finish_then_goes_with_the_reservation() -> None:
     world = QueueWorld(claim_after_seconds=0, claim_on_priority=False)
     one_node_busy_per_rack(world)
