@@ -138,7 +138,11 @@ class Binder:
                         record: PodRecord | None) -> str:
         core = self.core
         requests = record.requests if record is not None else {}
-        core.ledger.mark_inflight(uid, node, requests)
+        gang = self.gang_of(uid, record) if record is None else None
+        # A member the watch has not shown yet (an extra of a gang at quorum) counts for its gang,
+        # and is known by name should the gang be requeued before its pod is seen.
+        core.ledger.mark_inflight(uid, node, requests, gang=gang, pod=None if gang is None else
+                                  PodRecord(uid, namespace, name, "", requests, False, False, gang))
         try:
             await core.actions.bind_pod(namespace, name, uid, node)
         except asyncio.CancelledError:
@@ -180,7 +184,7 @@ class Binder:
         # From here the capacity is counted as in flight, not reserved: never both, never neither.
         for h in held:
             core.ledger.unreserve(h.pod.uid)
-            core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests, gang=state.key)
+            core.ledger.mark_inflight(h.pod.uid, h.node, h.pod.requests, gang=state.key, pod=h.pod)
         # A gang already running at quorum binds these as extras: no quorum batch, no Binding phase.
         counted = running < min_count
         if counted:

@@ -193,7 +193,7 @@ class Core:
         state = self.gangs.get(key)
         evicting = state.evicting if state is not None else ()
         bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
-        return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name))
+        return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name), evicting)
 
     def ready_count(self, key: str) -> int:
         """Running members whose Ready condition is True (what the readiness timeout waits for).

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..cluster.cache import ClusterCache
+from ..cluster.records import PodRecord
 from ..cluster.resources import Resources, add_into, subtract_into
 
 
@@ -46,6 +47,8 @@ class CapacityLedger:
         self._slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
         self._inflight: dict[str, tuple[str, Resources]] = {}  # uid -> (node, requests)
         self._inflight_gang: dict[str, str] = {}  # uid -> gang, for members bound as a gang
+        # Members whose bind went through before the watch ever showed their pod: who they are.
+        self._inflight_unseen: dict[str, PodRecord] = {}
         self._inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
         self.reservation_version = 0
         self.inflight_version = 0
@@ -122,10 +125,12 @@ class CapacityLedger:
         return bool(self._on_node)
 
     # ----------------------------------------------------------------- in-flight binds
-    def mark_inflight(self, uid: str, node: str, requests: Resources, gang: str | None = None) -> None:
+    def mark_inflight(self, uid: str, node: str, requests: Resources, gang: str | None = None,
+                      pod: PodRecord | None = None) -> None:
         """A bind succeeded (or is under way) that the cache has not seen: count it as used.
 
-        ``gang``: the member counts towards its gang running even before the watch shows the pod.
+        ``gang``: the member counts towards its gang running even before the watch shows the pod;
+        ``pod``: the member, kept while the cache has never seen it (a requeue must evict it too).
         """
         record = self.cache.pods.get(uid)
         if record is not None and record.node_name:
@@ -134,6 +139,8 @@ class CapacityLedger:
         self._inflight[uid] = (node, requests)
         if gang is not None:
             self._inflight_gang[uid] = gang
+            if pod is not None and uid not in self.cache.pods:
+                self._inflight_unseen[uid] = pod
         self._inflight_on_node.setdefault(node, {})[uid] = requests
         self.inflight_version += 1
 
@@ -142,6 +149,7 @@ class CapacityLedger:
         if entry is None:
             return
         self._inflight_gang.pop(uid, None)
+        self._inflight_unseen.pop(uid, None)
         node = entry[0]
         per_node = self._inflight_on_node[node]
         del per_node[uid]
@@ -155,11 +163,18 @@ class CapacityLedger:
     def inflight(self) -> dict[str, str]:
         return {uid: node for uid, (node, _) in self._inflight.items()}
 
-    def inflight_of(self, gang: str, uids: Iterable[str]) -> int:
-        """In-flight binds of the gang: its members' (``uids``) and any marked with the gang."""
+    def inflight_of(self, gang: str, uids: Iterable[str], exclude: Iterable[str] = ()) -> int:
+        """In-flight binds of the gang: its members' (``uids``) and any marked with the gang, less
+        ``exclude`` (members being evicted)."""
         counted = {uid for uid in uids if uid in self._inflight}
         counted.update(uid for uid, owner in self._inflight_gang.items() if owner == gang)
+        counted.difference_update(exclude)
         return len(counted)
+
+    def unseen_members(self, gang: str) -> list[PodRecord]:
+        """Members of the gang Quorum bound whose pods the cache has not seen yet."""
+        return [pod for uid, pod in self._inflight_unseen.items()
+                if self._inflight_gang.get(uid) == gang and uid not in self.cache.pods]
 
     # ----------------------------------------------------------------- free capacity
     def free(self, node_name: str, exclude_gang: str | None) -> tuple[Resources, int] | None:

@@ -171,8 +171,10 @@ class Lifecycle:
         Event says ``event``.
         """
         core = self.core
-        # Running members, and those whose bind succeeded before the watch showed it.
+        # Running members, and those whose bind succeeded before the watch showed it (also those
+        # whose pods it has not shown at all).
         victims = [m for m in core.cache.members(state.key) if runs(m) or core.ledger.is_inflight(m.uid)]
+        victims += core.ledger.unseen_members(state.key)
         self.evict(victims, reason)  # marked at once: from here they no longer count as running
         core.release(state, reason, "requeue")
         self._cancel(state, ready=True, recovery=True)

@@ -17,7 +17,7 @@ from extender.config import Config, Lifecycle
 from extender.gang.coordinator import Coordinator
 from extender.gang.effects import CONDITION_INITIALLY_SCHEDULED, CONDITION_PODS_READY, CONDITION_RECOVERING
 
-from .fixtures import World, gang_pod, make_node, make_podgroup, schedule
+from .fixtures import World, gang_pod, make_node, make_podgroup, schedule, typed
 
 RACK_KEY = "topology.quorum.dev/rack"
 
@@ -101,6 +101,25 @@ async def test_a_gang_never_ready_is_evicted_whole_and_backed_off_after_the_time
     reasons = world.actions.event_reasons("g")
     assert reasons.index("Bound") < reasons.index("Requeued") < reasons.index("BackOff")
     assert ("quorum.dev/PodsReady", False) in _conditions(world, "ml/g")
+
+
+async def test_a_requeue_evicts_a_member_quorum_bound_before_the_watch_ever_showed_it() -> None:
+    """An extra member kube-scheduler sent straight from its queue, bound by Quorum while the pod
+    watch lags, is evicted with the others: the gang never runs in part (found by the stateful
+    test with the watch held back: the requeue left that member running alone)."""
+    world = lifecycle_world(pods_ready_timeout_seconds=0.05, backoff_base_seconds=60, backoff_jitter=0)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    late = gang_pod("g2", podgroup="g", gpus=8)  # its creation has not reached the cache
+    world.pods["g2"] = late
+    passing = world.coordinator.filter(*typed(late), world.names).passing
+    assert passing and await world.bind("g2", passing[0]) == ""
+    assert world.coordinator.core.running_count("ml/g") == 3
+    await asyncio.sleep(0.15)
+    assert sorted(world.actions.evicted) == ["g0", "g1", "g2"]
+    assert world.coordinator.phase_of("ml/g") == "Backoff"
+    assert world.coordinator.core.running_count("ml/g") == 0
+    assert world.coordinator.check_invariants() == []
 
 
 async def test_a_gang_ready_in_time_keeps_running_and_says_so() -> None:
