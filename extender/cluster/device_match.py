@@ -31,7 +31,6 @@ class DeviceCatalog:
         self._fields: dict[str, tuple[Field, ...] | None] = {}  # choice.selects -> fields read
         self._projected: dict[tuple[str, object], bool] = {}
         self._checked: dict[str, str] = {}  # kind key -> why it cannot be counted ("" when it can)
-        self.last_error = ""  # the newest selector evaluation error
 
     # --- devices -------------------------------------------------------------------------
     def signature(self, driver: str, device: Mapping[str, Any]) -> str:
@@ -132,8 +131,6 @@ class DeviceCatalog:
                     self._match.clear()
                 expressions = (*self.classes.get(choice.class_name, ()), *choice.selectors)
                 result = self.selectors.all_match(expressions, self._device(signature))
-                if isinstance(result, str):
-                    self.last_error = f"{choice.class_name}: {result}"
                 known = self._projected[key] = result is True  # an expression that fails selects nothing
             self._match[(choice.selects, signature)] = known
         return known
