@@ -138,11 +138,11 @@ class Binder:
                         record: PodRecord | None) -> str:
         core = self.core
         requests = record.requests if record is not None else {}
-        gang = self.gang_of(uid, record) if record is None else None
         # A member the watch has not shown yet (an extra of a gang at quorum) counts for its gang,
         # and is known by name should the gang be requeued before its pod is seen.
-        core.ledger.mark_inflight(uid, node, requests, gang=gang, pod=None if gang is None else
-                                  PodRecord(uid, namespace, name, "", requests, False, False, gang))
+        gang = self.gang_of(uid, record) if record is None else None
+        unseen = PodRecord(uid, namespace, name, "", requests, False, False, gang) if gang else None
+        core.ledger.mark_inflight(uid, node, requests, gang=gang, pod=unseen)
         try:
             await core.actions.bind_pod(namespace, name, uid, node)
         except asyncio.CancelledError:

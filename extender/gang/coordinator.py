@@ -41,7 +41,7 @@ from .ledger import CapacityLedger
 from .lifecycle import Lifecycle
 from .planning import Planner, honour_nominations
 from .provisioning import Provisioner
-from .queue import GangQueue, keep_off
+from .queue import GangQueue
 from .reactions import CacheReactions
 from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
@@ -222,9 +222,7 @@ class Coordinator(CacheReactions):
         bound_nodes = self._running_nodes(state.key)
         candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
         widened = candidates is not g.candidates  # by nodes the member itself was not offered
-        claim = self.queue.blocking(state.key, self.queue.priority_of(state.key))
-        if claim is not None:
-            candidates = keep_off(claim, candidates)  # backfill: only what lies outside the claim
+        claim, candidates = self.queue.outside_claim(state.key, candidates)  # backfill
         result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
         if isinstance(result, Placement) and widened:
             result = replace(result, assignment=honour_nominations(result.assignment, pending,
@@ -293,10 +291,7 @@ class Coordinator(CacheReactions):
         for spec, pending, bound_nodes in self.planner.partial_gangs(exclude):
             state = self.core.state(spec.key)
             by_uid = {m.uid: m for m in pending}
-            nodes = list(self.cache.nodes)
-            claim = self.queue.blocking(spec.key, self.queue.priority_of(spec.key))
-            if claim is not None:
-                nodes = keep_off(claim, nodes)
+            _, nodes = self.queue.outside_claim(spec.key, list(self.cache.nodes))
             result = self.planner.plan(spec, by_uid, nodes, bound_nodes, None)
             if isinstance(result, NoFit):
                 self.planner.remember_nofit(state, result, nodes)

@@ -174,7 +174,7 @@ class CapacityLedger:
     def unseen_members(self, gang: str) -> list[PodRecord]:
         """Members of the gang Quorum bound whose pods the cache has not seen yet."""
         return [pod for uid, pod in self._inflight_unseen.items()
-                if self._inflight_gang.get(uid) == gang and uid not in self.cache.pods]
+                if pod.gang_key == gang and uid not in self.cache.pods]
 
     # ----------------------------------------------------------------- free capacity
     def free(self, node_name: str, exclude_gang: str | None) -> tuple[Resources, int] | None:

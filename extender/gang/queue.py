@@ -111,6 +111,12 @@ class GangQueue:
                 return None
         return claim
 
+    def outside_claim(self, gang: str, candidates: list[str]) -> tuple[Claim | None, list[str]]:
+        """The claim the gang must keep off (None when none) and the candidates outside it: what a
+        gang the claim outranks may use (backfill), whether its own member asks or it is repaired."""
+        claim = self.blocking(gang, self.priority_of(gang))
+        return claim, candidates if claim is None else keep_off(claim, candidates)
+
     def refresh(self) -> None:
         """Bring the order and the claim up to date (cheap when nothing changed)."""
         self._soon = False
