@@ -3,7 +3,7 @@
 #
 #   hack/gen-nodes.sh | kubectl apply -f -
 #
-# Node names are kwok-b<i>-r<j>-n<k> (0-based). Labels (the topology levels Quorum uses by default, see README):
+# Node names are kwok-b<i>-r<j>-n<k> (0-based). Labels (the topology levels Quorum uses by default, see docs/configuration.md):
 #   kubernetes.io/hostname=<node>
 #   topology.quorum.dev/block=b<i>
 #   topology.quorum.dev/rack=b<i>-r<j>
