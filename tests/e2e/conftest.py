@@ -18,6 +18,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -201,8 +202,18 @@ def reconfigure(settings: Settings, quorum: Quorum) -> Iterator[Reconfigurer]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests of one Kubernetes version's API leave the run on other versions (deselected, not
-    skipped); the soak restarts the apiserver and kills processes: it runs after everything else."""
+    """A run that selects no suite (``pytest`` at the root) runs the unit tests and skips these,
+    saying why. Tests of one Kubernetes version's API leave the run on other versions (deselected,
+    not skipped); the soak restarts the apiserver and kills processes: it runs after everything else."""
+    here = Path(__file__).parent
+    end_to_end = [item for item in items if here in item.path.parents]
+    if not end_to_end:
+        return
+    if not config.getoption("markexpr"):
+        skip = pytest.mark.skip(reason=unselected_reason(Settings.from_env()))
+        for item in end_to_end:
+            item.add_marker(skip)
+        return
     pinned = [item for item in items if item.get_closest_marker("k8s_minor") is not None]
     if pinned:
         minor = server_minor(Settings.from_env())
@@ -211,6 +222,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=other)
             items[:] = [item for item in items if item not in other]
     items.sort(key=lambda item: item.get_closest_marker("soak") is not None)
+
+
+def unselected_reason(settings: Settings) -> str:
+    """Why the end-to-end tests were not run: no cluster answers, or none of them was selected."""
+    try:
+        Kube(settings.kubeconfig).core.list_namespace(limit=1, _request_timeout=5)
+    except Exception as exc:
+        first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return (f"end-to-end: no cluster answers at KUBECONFIG={settings.kubeconfig} ({first_line[:160]}); "
+                "start one with 'bash hack/cluster-up.sh', or run everything with 'bash hack/test-all.sh'")
+    return ("end-to-end: a cluster answers, but these run only when selected: "
+            "-m e2e, -m api_suite or -m autoscaler (bash hack/test-all.sh runs each on its cluster)")
 
 
 def server_minor(settings: Settings) -> int:
