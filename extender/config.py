@@ -299,52 +299,25 @@ def _tls(raw: Mapping[str, Any]) -> TlsSettings:
                        _number(raw, "reloadSeconds", "listen.tls", 10.0, minimum=0.1))
 
 
+_TOP_LEVEL_KEYS = {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
+                   "preemption", "autoscaling", "http", "log", "debug"}
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
-                      "preemption", "autoscaling", "http", "log", "debug"},
-                "")
-    listen = _section(raw, "listen")
-    _check_keys(listen, {"host", "port", "tls", "metricsPort", "metricsHost"}, "listen")
-    topology = _section(raw, "topology")
-    _check_keys(topology, {"levels", "kueueTopology"}, "topology")
-    kueue_topology = topology.get("kueueTopology") or ""
-    if not isinstance(kueue_topology, str) or (kueue_topology and topology.get("levels") is not None):
-        raise ConfigError("topology.kueueTopology: a Topology name, and then no topology.levels")
-    gang = _section(raw, "gang")
-    _check_keys(
-        gang, {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds", "maxReplans"}, "gang"
-    )
-    http = _section(raw, "http")
-    _check_keys(http, {"maxRequestBytes", "bodyTimeoutSeconds"}, "http")
-    log = _section(raw, "log")
-    _check_keys(log, {"level", "format"}, "log")
-    debug = _section(raw, "debug")
-    _check_keys(debug, {"checkInvariants"}, "debug")
-    check = debug.get("checkInvariants", False)
-    if not isinstance(check, bool):
-        raise ConfigError(f"debug.checkInvariants: must be true or false, got {check!r}")
-
-    host = listen.get("host", "127.0.0.1")
-    if not isinstance(host, str) or not host:
-        raise ConfigError("listen.host: must be a non-empty string")
-    scheduler_names = raw.get("schedulerNames") or []
-    if not isinstance(scheduler_names, list) or not all(isinstance(n, str) and n for n in scheduler_names):
-        raise ConfigError("schedulerNames: must be a list of kube-scheduler profile names")
-    kubeconfig = raw.get("kubeconfig") or ""
-    if not isinstance(kubeconfig, str):
-        raise ConfigError("kubeconfig: must be a path string")
-
-    timings = GangTimings(
-        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
-        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
-        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
-        max_replans=_count(gang, "maxReplans", "gang", 3),
-    )
-    if timings.backoff_max_seconds < timings.backoff_base_seconds:
-        raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
+    _check_keys(raw, _TOP_LEVEL_KEYS, "")
+    listen = _checked_section(raw, "listen", {"host", "port", "tls", "metricsPort", "metricsHost"})
+    topology = _checked_section(raw, "topology", {"levels", "kueueTopology"})
+    kueue_topology = _kueue_topology(topology)
+    gang = _checked_section(raw, "gang", {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds",
+                                          "maxReplans"})
+    http = _checked_section(raw, "http", {"maxRequestBytes", "bodyTimeoutSeconds"})
+    log = _checked_section(raw, "log", {"level", "format"})
+    check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug", False)
+    host, scheduler_names, kubeconfig = _host(listen), _scheduler_names(raw), _kubeconfig(raw)
+    timings = _gang_timings(gang)
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
@@ -356,7 +329,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
         metrics_host=str(listen.get("metricsHost") or ""),
         kubeconfig=kubeconfig,
-        scheduler_names=tuple(scheduler_names),
+        scheduler_names=scheduler_names,
         levels=_levels(topology.get("levels")),
         kueue_topology=kueue_topology,
         gang=timings,
@@ -367,6 +340,53 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         check_invariants=check,
     )
     return validate(config)
+
+
+def _checked_section(raw: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, Any]:
+    """A top-level section with no field Quorum does not know."""
+    section = _section(raw, key)
+    _check_keys(section, allowed, key)
+    return section
+
+
+def _kueue_topology(topology: Mapping[str, Any]) -> str:
+    kueue_topology = topology.get("kueueTopology") or ""
+    if not isinstance(kueue_topology, str) or (kueue_topology and topology.get("levels") is not None):
+        raise ConfigError("topology.kueueTopology: a Topology name, and then no topology.levels")
+    return kueue_topology
+
+
+def _host(listen: Mapping[str, Any]) -> str:
+    host = listen.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        raise ConfigError("listen.host: must be a non-empty string")
+    return host
+
+
+def _scheduler_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    scheduler_names = raw.get("schedulerNames") or []
+    if not isinstance(scheduler_names, list) or not all(isinstance(n, str) and n for n in scheduler_names):
+        raise ConfigError("schedulerNames: must be a list of kube-scheduler profile names")
+    return tuple(scheduler_names)
+
+
+def _kubeconfig(raw: Mapping[str, Any]) -> str:
+    kubeconfig = raw.get("kubeconfig") or ""
+    if not isinstance(kubeconfig, str):
+        raise ConfigError("kubeconfig: must be a path string")
+    return kubeconfig
+
+
+def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
+    timings = GangTimings(
+        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
+        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
+        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
+        max_replans=_count(gang, "maxReplans", "gang", 3),
+    )
+    if timings.backoff_max_seconds < timings.backoff_base_seconds:
+        raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
+    return timings
 
 
 def validate(config: Config) -> Config:

@@ -11,8 +11,9 @@ coming and going, under any names, never grow the cache.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
@@ -242,6 +243,17 @@ class ClusterCache(DeviceAccounting):
         moved = self._with_devices(record, obj)
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
+        self._replace_pod(old, record, left_gang)
+        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
+        for event in chain(_lifecycle_events(old, record, left_gang), _member_events(old, record, gang_key)):
+            self._emit(event)
+        if changed_gang:
+            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
+        self._emit_devices_moved(moved)
+
+    def _replace_pod(self, old: PodRecord | None, record: PodRecord, left_gang: bool) -> None:
+        """Swap a pod's record and its accounting; the capacity version moves only when what the
+        pod holds did."""
         if old is not None:
             self._account(old, -1)
             if left_gang and old.gang_key:
@@ -253,31 +265,6 @@ class ClusterCache(DeviceAccounting):
             record.holds_capacity, record.node_name, record.requests
         ):
             self.capacity_version += 1
-        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
-        if record.node_name and (old is None or not old.node_name):
-            self._emit(CacheEvent(POD_BOUND, record.uid, record))
-        if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
-            self._emit(CacheEvent(POD_REMOVED, record.uid, record))
-        elif left_gang and old is not None:
-            self._emit(CacheEvent(POD_REMOVED, record.uid, old))  # gone from its old gang
-        if old is not None and old.holds_capacity and (
-            not record.holds_capacity or record.node_name != old.node_name
-        ):
-            self._emit(CacheEvent(CAPACITY_FREED, old.node_name))
-        if gang_key and record.counts_for_quorum and (
-            old is None or old.gang_key != gang_key or not old.counts_for_quorum
-        ):
-            self._emit(CacheEvent(MEMBER_READY, gang_key, record))
-        if gang_key and record.unschedulable and not record.node_name and not (old and old.unschedulable):
-            self._emit(CacheEvent(MEMBER_UNSCHEDULABLE, gang_key, record))
-        if gang_key and record.node_name and old is not None and (old.ready, old.succeeded, old.started) != (
-            record.ready, record.succeeded, record.started
-        ):
-            self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
-        if changed_gang:
-            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
-        for node in moved:
-            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
         """Index a gang member and the declaration its annotations carry; returns the gang key
@@ -309,8 +296,7 @@ class ClusterCache(DeviceAccounting):
         self._emit(CacheEvent(POD_REMOVED, uid, record))
         if record.holds_capacity:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
-        for node in moved:
-            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
+        self._emit_devices_moved(moved)
 
     def _leave_gang(self, uid: str, gang_key: str) -> None:
         members = self.gang_members.get(gang_key)
@@ -372,7 +358,10 @@ class ClusterCache(DeviceAccounting):
     # --- DRA devices (the accounting itself: device_accounting.py) -------------------------
     def apply_device_changes(self, changes: Changes) -> None:
         """What a DRA object's update moved (``device_feed.py``), told to the coordinator."""
-        for node in self._devices_changed(changes):
+        self._emit_devices_moved(self._devices_changed(changes))
+
+    def _emit_devices_moved(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
             self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     # --- queries -------------------------------------------------------------------------
@@ -408,6 +397,45 @@ class ClusterCache(DeviceAccounting):
             "podgroups": self.declarations.object_count(),  # gangs declared by objects, of any API
             **self.devices.counts(),  # DRA: slices, claims, classes, and the device kinds asked for
         }
+
+
+def _lifecycle_events(old: PodRecord | None, record: PodRecord, left_gang: bool) -> Iterator[CacheEvent]:
+    """A pod's update as the coordinator hears it: bound, gone (from the cluster or from its gang),
+    or no longer holding capacity where it was. Lazy, so each event is judged after the one before
+    it was told, as when the cache judged them inline."""
+    if record.node_name and (old is None or not old.node_name):
+        yield CacheEvent(POD_BOUND, record.uid, record)
+    if old is not None and _stopped(record) and not _stopped(old):
+        yield CacheEvent(POD_REMOVED, record.uid, record)
+    elif left_gang and old is not None:
+        yield CacheEvent(POD_REMOVED, record.uid, old)  # gone from its old gang
+    if old is not None and old.holds_capacity and (
+        not record.holds_capacity or record.node_name != old.node_name
+    ):
+        yield CacheEvent(CAPACITY_FREED, old.node_name)
+
+
+def _member_events(old: PodRecord | None, record: PodRecord, gang_key: str | None) -> Iterator[CacheEvent]:
+    """A gang member's update as the coordinator hears it: ready to be placed, found unschedulable
+    by kube-scheduler, or its health changed after the bind."""
+    if not gang_key:
+        return
+    if record.counts_for_quorum and (old is None or old.gang_key != gang_key or not old.counts_for_quorum):
+        yield CacheEvent(MEMBER_READY, gang_key, record)
+    if record.unschedulable and not record.node_name and not (old and old.unschedulable):
+        yield CacheEvent(MEMBER_UNSCHEDULABLE, gang_key, record)
+    if record.node_name and old is not None and _health(old) != _health(record):
+        yield CacheEvent(MEMBER_HEALTH, record.uid, record)
+
+
+def _stopped(pod: PodRecord) -> bool:
+    """Finished or being deleted: the pod is on its way out of the cluster."""
+    return pod.terminal or pod.deleting
+
+
+def _health(pod: PodRecord) -> tuple[bool, bool, bool]:
+    """What a bound member reports of its run: Ready, succeeded, started."""
+    return pod.ready, pod.succeeded, pod.started
 
 
 def _meta(obj: Any, field: str) -> str:
