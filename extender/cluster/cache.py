@@ -11,11 +11,25 @@ coming and going, under any names, never grow the cache.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
+from .cache_events import (
+    CACHES_SYNCED,
+    CAPACITY_FREED,
+    DEVICES_MOVED,
+    GANG_CHANGED,
+    GANG_REMOVED,
+    NODE_CHANGED,
+    NODE_READINESS,
+    NODE_REMOVED,
+    POD_REMOVED,
+    CacheEvent,
+    Listener,
+    lifecycle_events,
+    member_events,
+)
 from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
 from .declarations import Declarations, object_id
 from .device_accounting import DeviceAccounting
@@ -26,39 +40,9 @@ from .relist import Rejected, relist
 from .resources import Resources, add_into, beyond_capacity, subtract_into
 from .scale_ups import ScaleUpTable
 
-
-@dataclass(frozen=True, slots=True)
-class CacheEvent:
-    """What the coordinator needs to hear about; ``key`` is a pod uid, node name or gang key."""
-
-    kind: str  # one of the event kinds below
-    key: str
-    pod: PodRecord | None = None
-
-
-Listener = Callable[[CacheEvent], None]
 # Told of an object whose quantities were clamped (kind, "namespace/name" or node name, resources):
 # it is kept, but can never fit, so whoever wires the cache reports it.
 ClampedHook = Callable[[str, str, list[str]], None]
-
-# Event kinds. ``key`` is a pod uid for the pod events, a node name for the node events and a gang
-# key for the gang events.
-POD_BOUND = "pod-bound"
-POD_REMOVED = "pod-removed"  # deleted, terminating, finished, or gone from its gang
-NODE_REMOVED = "node-removed"
-NODE_CHANGED = "node-changed"  # a node shrank or moved to other topology domains
-CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped holding capacity
-GANG_REMOVED = "gang-removed"
-GANG_CHANGED = "gang-changed"
-MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
-MEMBER_UNSCHEDULABLE = "member-unschedulable"  # kube-scheduler found no node for a pending member
-# After the bind: a bound gang member's Ready condition changed, or it succeeded.
-MEMBER_HEALTH = "member-health"
-NODE_READINESS = "node-readiness"  # a node's Ready condition changed
-# DRA devices on a node were freed or taken (``key`` "" when every node may have moved).
-DEVICES_MOVED = "devices-moved"
-# Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
-CACHES_SYNCED = "caches-synced"
 
 
 # Informer kinds that declare no gangs (the rest are gang objects).
@@ -245,7 +229,7 @@ class ClusterCache(DeviceAccounting):
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         self._replace_pod(old, record, left_gang)
         changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
-        for event in chain(_lifecycle_events(old, record, left_gang), _member_events(old, record, gang_key)):
+        for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, gang_key)):
             self._emit(event)
         if changed_gang:
             self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
@@ -397,45 +381,6 @@ class ClusterCache(DeviceAccounting):
             "podgroups": self.declarations.object_count(),  # gangs declared by objects, of any API
             **self.devices.counts(),  # DRA: slices, claims, classes, and the device kinds asked for
         }
-
-
-def _lifecycle_events(old: PodRecord | None, record: PodRecord, left_gang: bool) -> Iterator[CacheEvent]:
-    """A pod's update as the coordinator hears it: bound, gone (from the cluster or from its gang),
-    or no longer holding capacity where it was. Lazy, so each event is judged after the one before
-    it was told, as when the cache judged them inline."""
-    if record.node_name and (old is None or not old.node_name):
-        yield CacheEvent(POD_BOUND, record.uid, record)
-    if old is not None and _stopped(record) and not _stopped(old):
-        yield CacheEvent(POD_REMOVED, record.uid, record)
-    elif left_gang and old is not None:
-        yield CacheEvent(POD_REMOVED, record.uid, old)  # gone from its old gang
-    if old is not None and old.holds_capacity and (
-        not record.holds_capacity or record.node_name != old.node_name
-    ):
-        yield CacheEvent(CAPACITY_FREED, old.node_name)
-
-
-def _member_events(old: PodRecord | None, record: PodRecord, gang_key: str | None) -> Iterator[CacheEvent]:
-    """A gang member's update as the coordinator hears it: ready to be placed, found unschedulable
-    by kube-scheduler, or its health changed after the bind."""
-    if not gang_key:
-        return
-    if record.counts_for_quorum and (old is None or old.gang_key != gang_key or not old.counts_for_quorum):
-        yield CacheEvent(MEMBER_READY, gang_key, record)
-    if record.unschedulable and not record.node_name and not (old and old.unschedulable):
-        yield CacheEvent(MEMBER_UNSCHEDULABLE, gang_key, record)
-    if record.node_name and old is not None and _health(old) != _health(record):
-        yield CacheEvent(MEMBER_HEALTH, record.uid, record)
-
-
-def _stopped(pod: PodRecord) -> bool:
-    """Finished or being deleted: the pod is on its way out of the cluster."""
-    return pod.terminal or pod.deleting
-
-
-def _health(pod: PodRecord) -> tuple[bool, bool, bool]:
-    """What a bound member reports of its run: Ready, succeeded, started."""
-    return pod.ready, pod.succeeded, pod.started
 
 
 def _meta(obj: Any, field: str) -> str:
