@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from ..cluster.cache import ClusterCache
-from ..cluster.device_feed import DEVICE_SOURCES, DeviceFeed
+from ..cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
 from ..cluster.relist import Rejected
 from ..cluster.resources import QuantityError

@@ -32,8 +32,8 @@ from .cache_events import (
 )
 from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
 from .declarations import Declarations, object_id
-from .device_accounting import DeviceAccounting
-from .devices import ALL_NODES, Changes, DeviceInventory
+from .dra.accounting import DeviceAccounting
+from .dra.inventory import ALL_NODES, Changes, DeviceInventory
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .relist import Rejected, relist
@@ -51,7 +51,7 @@ _NOT_GANG_OBJECTS = frozenset(
      "provisioningrequests"))
 
 
-class ClusterCache(DeviceAccounting):
+class ClusterCache:
     def __init__(self, level_labels: tuple[str, ...]) -> None:
         self.level_labels = level_labels
         self.nodes: dict[str, NodeRecord] = {}
@@ -79,8 +79,10 @@ class ClusterCache(DeviceAccounting):
         # adds the other kinds of gang object it watches when it starts).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
         self.on_clamped: ClampedHook | None = None
-        # DRA devices: free per node and the demand of pending pods (fed by ``device_feed.py``).
+        # DRA devices: free per node and the demand of pending pods (fed by ``dra/feed.py``), and
+        # how they enter the pods' requests and the free capacity above.
         self.devices = DeviceInventory()
+        self.device_accounting = DeviceAccounting(self.devices, self.pods, self._free)
         self.scale_ups = ScaleUpTable()  # the ProvisioningRequests Quorum made, and their answers
 
     # --- helpers -------------------------------------------------------------------------
@@ -224,7 +226,7 @@ class ClusterCache(DeviceAccounting):
         record = pod_record(obj, gang_key)
         if not record.uid:
             return
-        moved = self._with_devices(record, obj)
+        moved = self._devices_changed(self.device_accounting.with_devices(record, obj))
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         self._replace_pod(old, record, left_gang)
@@ -339,10 +341,16 @@ class ClusterCache(DeviceAccounting):
     def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         return self.replace_gang_objects(NATIVE_PODGROUPS, objs)
 
-    # --- DRA devices (the accounting itself: device_accounting.py) -------------------------
+    # --- DRA devices (the accounting itself: dra/accounting.py) ----------------------------
     def apply_device_changes(self, changes: Changes) -> None:
-        """What a DRA object's update moved (``device_feed.py``), told to the coordinator."""
+        """What a DRA object's update moved (``dra/feed.py``), told to the coordinator."""
         self._emit_devices_moved(self._devices_changed(changes))
+
+    def _devices_changed(self, changes: Changes) -> set[str]:
+        """Apply what devices moved; returns the nodes, told once the caller's own events are out."""
+        if self.device_accounting.settle(changes):
+            self.capacity_version += 1
+        return changes.nodes
 
     def _emit_devices_moved(self, nodes: Iterable[str]) -> None:
         for node in nodes:

@@ -2,7 +2,7 @@
 
 The cache feeds this inventory with ResourceSlices, ResourceClaims, ResourceClaimTemplates,
 DeviceClasses and the claim references of pods. It answers two questions, both as resource maps
-the placement code already understands (names under ``devices:``, see ``device_demand.py``):
+the placement code already understands (names under ``devices:``, see ``demand.py``):
 
 * ``node_free(node)``: per device kind, how many devices (or whole requests) the node can still give;
 * ``demand(uid)``: what a pending pod's claims ask for.
@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .device_demand import (
+from ..resources import Resources
+from .demand import (
     Choice,
     DeviceKind,
     Ident,
@@ -42,8 +43,7 @@ from .device_demand import (
     pod_claim_refs,
     selectors_of,
 )
-from .device_match import DeviceCatalog
-from .resources import Resources
+from .match import DeviceCatalog
 
 ALL_NODES = "*"  # a change that may move the free devices of every node
 
