@@ -104,7 +104,6 @@ class KubeClient:
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._requeue_limit = asyncio.Semaphore(qps_burst)
-        self._wall = wall
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
         self.gang_writes = GangWrites(self.write, wall)

@@ -263,7 +263,8 @@ class ClusterCache:
         before = self.declarations.spec(gang_key)
         self.declarations.put_member(gang_key, spec, topology)
         after = self.declarations.spec(gang_key)
-        changed = before is not None and after is not None and _declared(before) != _declared(after)
+        # What the annotations declare, not which pod carried them nor when it was created.
+        changed = before is not None and after is not None and before.declaration() != after.declaration()
         return gang_key if changed else ""
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
@@ -395,8 +396,3 @@ def _meta(obj: Any, field: str) -> str:
     """One metadata field of an object of any shape ("" when absent), for keying a relist."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return str(meta.get(field) or "") if isinstance(meta, dict) else ""
-
-
-def _declared(spec: GangSpec) -> tuple[object, ...]:
-    """What a gang's annotations declare (not which pod carried them, nor when it was created)."""
-    return spec.declaration()
