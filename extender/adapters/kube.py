@@ -207,14 +207,17 @@ class KubeClient:
                     return
                 text = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_said(exc)}") from exc
+        if resp.status == 404:  # the apiserver's message may be empty: say what it means
+            raise BindFailed(f"binding {namespace}/{name} to {node} failed: pod {namespace}/{name} not found "
+                             "(HTTP 404)")
         if resp.status == 409:
             # Bound already (a retried call after a late answer): success only if to this node.
             try:
                 current = await self._get_pod(namespace, name)
             except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
                 raise BindFailed(f"binding {namespace}/{name} to {node}: conflict, and reading the pod "
-                                 f"back failed: {exc}") from exc
+                                 f"back failed: {_said(exc)}") from exc
             if current is not None and (current.get("spec") or {}).get("nodeName") == node:
                 return
         raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
@@ -336,6 +339,11 @@ class KubeClient:
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
         return await self.scale_up_writes.delete_scale_up(namespace, name)
+
+
+def _said(exc: BaseException) -> str:
+    """What an exception says, or its name when it says nothing (aiohttp's timeouts)."""
+    return str(exc) or type(exc).__name__
 
 
 def _error(status: int, body: bytes) -> ApiError:
