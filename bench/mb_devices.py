@@ -48,7 +48,7 @@ from mb_cluster import GPU, NoopActions, bound_pod, gang_pod, make_node, node_na
 from mb_report import machine  # noqa: E402
 
 from extender.cluster.cache import ClusterCache  # noqa: E402
-from extender.cluster.device_feed import DEVICE_SOURCES, DeviceFeed  # noqa: E402
+from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed  # noqa: E402
 from extender.config import Config, GangTimings  # noqa: E402
 from extender.gang.coordinator import Coordinator  # noqa: E402
 from extender.metrics import Metrics  # noqa: E402

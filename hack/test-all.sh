@@ -25,7 +25,8 @@ bash hack/ensure-tools.sh
 
 step "lint, layers and type checks"
 .venv/bin/ruff check extender tests bench hack examples   # includes C901: complexity <= 15
-.venv/bin/lint-imports                                      # the layer contract in pyproject.toml
+.venv/bin/lint-imports                                      # the import contracts in pyproject.toml
+.venv/bin/python hack/check-complexity.py                   # radon complexity <= 15, modules <= 400 lines
 .venv/bin/mypy
 
 step "unit tests"

@@ -1,4 +1,4 @@
-"""The writes to a gang's own objects, as part of the one Kubernetes client (``kube.py``): PodGroup
+"""The writes to a gang's own objects, a part of the one Kubernetes client (``kube.py``): PodGroup
 conditions and bookkeeping annotations, and the gang-started ConfigMap.
 
 Conditions are applied server-side with field manager ``quorum``, one write at a time per gang; the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,16 +28,19 @@ _MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
 _CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
 
 
+# One write request of the client: (method, path, body, content type) -> (status, body).
+Write = Callable[[str, str, bytes, str], Awaitable[tuple[int, bytes]]]
+
+
 class GangWrites:
-    """Mixed into ``KubeClient``, which provides ``write`` and the state below."""
+    """Held by ``KubeClient``, which offers these writes to the gang core and sends them."""
 
-    _wall: Callable[[], float]
-    # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
-    _conditions: OrderedDict[str, dict[str, tuple[bool, str]]]
-    _condition_order: InOrder  # a gang's condition writes, one at a time
-
-    async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
-        raise NotImplementedError  # KubeClient's
+    def __init__(self, write: Write, wall: Callable[[], float]) -> None:
+        self.write = write
+        self._wall = wall
+        # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
+        self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
+        self._condition_order = InOrder()  # a gang's condition writes, one at a time
 
     async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         """Server-side apply Quorum's conditions to a PodGroup's status.

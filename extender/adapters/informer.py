@@ -26,7 +26,7 @@ from typing import Any
 import aiohttp
 
 from ..cluster.cache import ClusterCache
-from ..cluster.device_feed import DEVICE_SOURCES, DeviceFeed
+from ..cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 from ..cluster.object_sources import GANG_OBJECT_KINDS, GangObjectKind, GangObjectSource
 from ..cluster.relist import Rejected
 from ..cluster.resources import QuantityError
@@ -136,13 +136,11 @@ class Informer:
         kind = declared
         while True:
             try:
-                if not version and declared.discover is not None:
-                    found = await self._discover(declared.discover)
-                    if found is None:
-                        await self._absent(declared)
-                        continue
-                    kind = found
                 if not version:
+                    found = await self._served_kind(declared)
+                    if found is None:
+                        continue  # not served: looked again after a while
+                    kind = found
                     version = await self._list(kind)
                 async for event in self.client.watch(kind.path, version,
                                                      on_open=functools.partial(self._opened, kind)):
@@ -154,7 +152,7 @@ class Informer:
                 self.metrics.watch_restarts.labels(kind.name, "gone").inc()
                 version = ""  # relist
             except ApiError as exc:
-                if exc.status == 404 and (declared.discover is not None or declared.optional):
+                if _not_served(declared, exc):
                     await self._absent(declared)
                     version = ""
                     continue
@@ -165,6 +163,16 @@ class Informer:
                 log.exception("watch loop failed; relisting", extra={"kind": kind.name})
                 version = ""
                 delay = await self._backoff(kind, "unexpected", "watch loop failed", exc, delay)
+
+    async def _served_kind(self, declared: Kind) -> Kind | None:
+        """The kind to list: the served version of a kind that has several (None, after a wait,
+        when the apiserver serves none of them), else the kind as declared."""
+        if declared.discover is None:
+            return declared
+        found = await self._discover(declared.discover)
+        if found is None:
+            await self._absent(declared)
+        return found
 
     async def _list(self, kind: Kind) -> str:
         """List and replace the kind; objects the cache cannot take are reported, not fatal."""
@@ -265,3 +273,8 @@ def object_name(obj: Any) -> str:
     name = str(meta.get("name") or "<unnamed>")[:253]
     namespace = str(meta.get("namespace") or "")[:63]
     return f"{namespace}/{name}" if namespace else name
+
+
+def _not_served(declared: Kind, exc: ApiError) -> bool:
+    """A 404 of a kind that may be missing: an optional one, or gang objects of any served version."""
+    return exc.status == 404 and (declared.discover is not None or declared.optional)

@@ -1,7 +1,7 @@
 """The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges, and the
 gang core's other side effects (evictions, Events; PodGroup conditions and annotations and the
-gang-started ConfigMap are in ``gang_writes.py``, scale-up requests in ``scale_up_writes.py``, both
-mixed into ``KubeClient``).
+gang-started ConfigMap are written by ``gang_writes.py``, scale-up requests by ``scale_up_writes.py``,
+two parts ``KubeClient`` holds and hands those calls to).
 
 It uses aiohttp on the server's own event loop (the official client is synchronous and would
 block it); the ``kubernetes`` package is used only to load credentials from a kubeconfig or the
@@ -15,7 +15,6 @@ import logging
 import ssl
 import time
 import urllib.request
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +23,10 @@ import aiohttp
 import orjson
 
 from ..cluster.gang_sources import ANNOTATION_REQUEUE
-from ..cluster.records import PodRecord
+from ..cluster.records import GangHome, PodRecord
 from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
-from ..gang.effects import ObjectRef
-from ..gang.serial import InOrder
+from ..gang.effects import GangCondition, ObjectRef
 from ..metrics import Metrics
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message
@@ -98,7 +96,7 @@ def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
     return doc if isinstance(doc, dict) else {}
 
 
-class KubeClient(GangWrites, ScaleUpWrites):
+class KubeClient:
     def __init__(self, credentials: Credentials, qps_burst: int = 200, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         """``metrics`` (optional) counts Events by result; ``clock`` (intervals) and ``wall``
@@ -106,12 +104,10 @@ class KubeClient(GangWrites, ScaleUpWrites):
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self._requeue_limit = asyncio.Semaphore(qps_burst)
-        self._wall = wall
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
-        # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
-        self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
-        self._condition_order = InOrder()
+        self.gang_writes = GangWrites(self.write, wall)
+        self.scale_up_writes = ScaleUpWrites(self.write)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -211,14 +207,17 @@ class KubeClient(GangWrites, ScaleUpWrites):
                     return
                 text = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {exc}") from exc
+            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_said(exc)}") from exc
+        if resp.status == 404:  # the apiserver's message may be empty: say what it means
+            raise BindFailed(f"binding {namespace}/{name} to {node} failed: pod {namespace}/{name} not found "
+                             "(HTTP 404)")
         if resp.status == 409:
             # Bound already (a retried call after a late answer): success only if to this node.
             try:
                 current = await self._get_pod(namespace, name)
             except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
                 raise BindFailed(f"binding {namespace}/{name} to {node}: conflict, and reading the pod "
-                                 f"back failed: {exc}") from exc
+                                 f"back failed: {_said(exc)}") from exc
             if current is not None and (current.get("spec") or {}).get("nodeName") == node:
                 return
         raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
@@ -317,6 +316,34 @@ class KubeClient(GangWrites, ScaleUpWrites):
                         extra={"pod": f"{namespace}/{name}", "error": api_message(status, text)})
         return status == 200
 
+
+    # ---------------------------------------------------------------- writes of the two parts
+    async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
+        await self.gang_writes.set_gang_conditions(home, conditions)
+
+    async def annotate_gang(self, home: GangHome, annotations: dict[str, str | None]) -> bool:
+        return await self.gang_writes.annotate_gang(home, annotations)
+
+    async def write_started_configmap(self, namespace: str, name: str, owner: GangHome | None,
+                                      data: dict[str, str]) -> bool:
+        return await self.gang_writes.write_started_configmap(namespace, name, owner, data)
+
+    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
+        return await self.gang_writes.delete_started_configmap(namespace, name)
+
+    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
+                              requests: dict[str, int], count: int, class_name: str,
+                              together: str = "") -> bool:
+        return await self.scale_up_writes.create_scale_up(namespace, name, gang, node_selector, requests,
+                                                          count, class_name, together)
+
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
+        return await self.scale_up_writes.delete_scale_up(namespace, name)
+
+
+def _said(exc: BaseException) -> str:
+    """What an exception says, or its name when it says nothing (aiohttp's timeouts)."""
+    return str(exc) or type(exc).__name__
 
 
 def _error(status: int, body: bytes) -> ApiError:

@@ -1,4 +1,4 @@
-"""The writes of topology-aware scale-up, as part of the one Kubernetes client (``kube.py``).
+"""The writes of topology-aware scale-up, a part of the one Kubernetes client (``kube.py``).
 
 A ProvisioningRequest names PodTemplates in its namespace; Quorum makes one PodTemplate per request
 (same name) whose pod asks for a gang member's resources on nodes of one domain, and labels both as
@@ -8,20 +8,18 @@ its own so that a later Quorum can find and delete what it left.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import aiohttp
 import orjson
+
+from .gang_writes import Write
 
 log = logging.getLogger(__name__)
 
 _OURS = {"app.kubernetes.io/managed-by": "quorum"}
 _PAUSE = "registry.k8s.io/pause:3.10"
 _POD_LEVEL = ("cpu", "memory", "ephemeral-storage")
-
-
-class _Writer(Protocol):
-    async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]: ...
 
 
 def _quantities(requests: dict[str, int]) -> tuple[dict[str, str], dict[str, str]]:
@@ -37,9 +35,12 @@ def _quantities(requests: dict[str, int]) -> tuple[dict[str, str], dict[str, str
 
 
 class ScaleUpWrites:
-    """Mixed into ``KubeClient``: create and delete a gang's ProvisioningRequest."""
+    """Held by ``KubeClient``: create and delete a gang's ProvisioningRequest."""
 
-    async def create_scale_up(self: _Writer, namespace: str, name: str, gang: str,
+    def __init__(self, write: Write) -> None:
+        self.write = write
+
+    async def create_scale_up(self, namespace: str, name: str, gang: str,
                               node_selector: dict[str, str], requests: dict[str, int], count: int,
                               class_name: str, together: str = "") -> bool:
         """``together``: a node label all the request's pods must share (pod affinity), when no
@@ -60,27 +61,27 @@ class ScaleUpWrites:
         request = {"apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest", "metadata": meta,
                    "spec": {"provisioningClassName": class_name,
                             "podSets": [{"podTemplateRef": {"name": name}, "count": count}]}}
-        made = await _post(self, f"/api/v1/namespaces/{namespace}/podtemplates", template, name)
-        return made and await _post(
-            self, f"/apis/autoscaling.x-k8s.io/v1/namespaces/{namespace}/provisioningrequests", request, name)
+        made = await _post(self.write, f"/api/v1/namespaces/{namespace}/podtemplates", template, name)
+        requests_path = f"/apis/autoscaling.x-k8s.io/v1/namespaces/{namespace}/provisioningrequests"
+        return made and await _post(self.write, requests_path, request, name)
 
-    async def delete_scale_up(self: _Writer, namespace: str, name: str) -> bool:
+    async def delete_scale_up(self, namespace: str, name: str) -> bool:
         gone = True
         for path in (f"/apis/autoscaling.x-k8s.io/v1/namespaces/{namespace}/provisioningrequests/{name}",
                      f"/api/v1/namespaces/{namespace}/podtemplates/{name}"):
-            status = await _send(self, "DELETE", path, b"", name)
+            status = await _send(self.write, "DELETE", path, b"", name)
             gone = gone and status in (200, 202, 404)
         return gone
 
 
-async def _post(client: _Writer, path: str, body: dict[str, Any], name: str) -> bool:
-    status = await _send(client, "POST", path, orjson.dumps(body), name)
+async def _post(write: Write, path: str, body: dict[str, Any], name: str) -> bool:
+    status = await _send(write, "POST", path, orjson.dumps(body), name)
     return status in (200, 201, 409)  # 409: made already (a retry, or an earlier Quorum)
 
 
-async def _send(client: _Writer, method: str, path: str, body: bytes, name: str) -> int:
+async def _send(write: Write, method: str, path: str, body: bytes, name: str) -> int:
     try:
-        status, text = await client.write(method, path, body, "application/json")
+        status, text = await write(method, path, body, "application/json")
     except (aiohttp.ClientError, TimeoutError) as exc:
         log.warning("scale-up request write failed", extra={"request": name, "error": str(exc)})
         return 0

@@ -41,19 +41,33 @@ def document(kubeconfig: str, namespace: str | None, timeout: float) -> dict[str
     """A /debug/gangs-shaped document of PodGroup gangs, from the apiserver."""
     creds = load_credentials(kubeconfig)
 
-    def get(path: str) -> dict[str, Any]:
-        return read_json(creds, path, timeout)
+    def get(path: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = read_json(creds, path, timeout).get("items") or []
+        return items
 
-    groups = get(_scoped(PODGROUPS, namespace, "podgroups")).get("items") or []
-    pods = get(_scoped("/api/v1", namespace, "pods")).get("items") or []
+    groups = get(_scoped(PODGROUPS, namespace, "podgroups"))
+    pods = get(_scoped("/api/v1", namespace, "pods"))
     selector = urllib.parse.quote(f"reportingComponent={REPORTING_CONTROLLER}")
-    events = get(_scoped("/api/v1", namespace, "events") + f"?fieldSelector={selector}").get("items") or []
+    events = get(_scoped("/api/v1", namespace, "events") + f"?fieldSelector={selector}")
+    members = _live_members(pods)
+    reasons = _latest_reasons(events)
+    gangs = [_gang_row(group, members, reasons) for group in groups]
+    return {"gangs": gangs, "claim": None, "source": "apiserver (Quorum did not answer)"}
+
+
+def _live_members(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The pods of each PodGroup ("namespace/name") that have not finished."""
     members: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
         group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
         phase = (pod.get("status") or {}).get("phase")
         if group and phase not in ("Succeeded", "Failed"):
             members[f"{pod['metadata']['namespace']}/{group}"].append(pod)
+    return members
+
+
+def _latest_reasons(events: list[dict[str, Any]]) -> dict[str, str]:
+    """The newest of Quorum's Events on each PodGroup, as "Reason: note"."""
     latest: dict[str, tuple[str, str]] = {}
     for event in events:
         ref = event.get("involvedObject") or event.get("regarding") or {}
@@ -64,15 +78,18 @@ def document(kubeconfig: str, namespace: str | None, timeout: float) -> dict[str
         note = str(event.get("note") or event.get("message") or "")
         if key not in latest or stamp >= latest[key][0]:
             latest[key] = (stamp, f"{event.get('reason')}: {note}")
-    gangs = []
-    for group in groups:
-        meta = group.get("metadata") or {}
-        key = f"{meta.get('namespace')}/{meta.get('name')}"
-        gang = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
-        mine = members.get(key, [])
-        priority = (group.get("spec") or {}).get("priority", 0)
-        gangs.append({"gang": key, "phase": phase_of(group), "minCount": gang.get("minCount"),
-                      "members": len(mine), "queuePosition": None, "priority": priority,
-                      "bound": [p["metadata"]["name"] for p in mine if (p.get("spec") or {}).get("nodeName")],
-                      "reason": latest.get(key, ("", ""))[1]})
-    return {"gangs": gangs, "claim": None, "source": "apiserver (Quorum did not answer)"}
+    return {key: reason for key, (_, reason) in latest.items()}
+
+
+def _gang_row(group: dict[str, Any], members: dict[str, list[dict[str, Any]]],
+              reasons: dict[str, str]) -> dict[str, Any]:
+    """One PodGroup as a row of the /debug/gangs document."""
+    meta = group.get("metadata") or {}
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    gang = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+    mine = members.get(key, [])
+    priority = (group.get("spec") or {}).get("priority", 0)
+    return {"gang": key, "phase": phase_of(group), "minCount": gang.get("minCount"),
+            "members": len(mine), "queuePosition": None, "priority": priority,
+            "bound": [p["metadata"]["name"] for p in mine if (p.get("spec") or {}).get("nodeName")],
+            "reason": reasons.get(key, "")}

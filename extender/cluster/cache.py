@@ -12,52 +12,37 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
+from .cache_events import (
+    CACHES_SYNCED,
+    CAPACITY_FREED,
+    DEVICES_MOVED,
+    GANG_CHANGED,
+    GANG_REMOVED,
+    NODE_CHANGED,
+    NODE_READINESS,
+    NODE_REMOVED,
+    POD_REMOVED,
+    CacheEvent,
+    Listener,
+    lifecycle_events,
+    member_events,
+)
 from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
 from .declarations import Declarations, object_id
-from .device_accounting import DeviceAccounting
-from .devices import ALL_NODES, Changes, DeviceInventory
+from .dra.accounting import DeviceAccounting
+from .dra.inventory import ALL_NODES, Changes, DeviceInventory
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .relist import Rejected, relist
 from .resources import Resources, add_into, beyond_capacity, subtract_into
 from .scale_ups import ScaleUpTable
 
-
-@dataclass(frozen=True, slots=True)
-class CacheEvent:
-    """What the coordinator needs to hear about; ``key`` is a pod uid, node name or gang key."""
-
-    kind: str  # one of the event kinds below
-    key: str
-    pod: PodRecord | None = None
-
-
-Listener = Callable[[CacheEvent], None]
 # Told of an object whose quantities were clamped (kind, "namespace/name" or node name, resources):
 # it is kept, but can never fit, so whoever wires the cache reports it.
 ClampedHook = Callable[[str, str, list[str]], None]
-
-# Event kinds. ``key`` is a pod uid for the pod events, a node name for the node events and a gang
-# key for the gang events.
-POD_BOUND = "pod-bound"
-POD_REMOVED = "pod-removed"  # deleted, terminating, finished, or gone from its gang
-NODE_REMOVED = "node-removed"
-NODE_CHANGED = "node-changed"  # a node shrank or moved to other topology domains
-CAPACITY_FREED = "capacity-freed"  # a node appeared or grew, or a pod stopped holding capacity
-GANG_REMOVED = "gang-removed"
-GANG_CHANGED = "gang-changed"
-MEMBER_READY = "member-ready"  # a pod became schedulable as a member of a gang
-MEMBER_UNSCHEDULABLE = "member-unschedulable"  # kube-scheduler found no node for a pending member
-# After the bind: a bound gang member's Ready condition changed, or it succeeded.
-MEMBER_HEALTH = "member-health"
-NODE_READINESS = "node-readiness"  # a node's Ready condition changed
-# DRA devices on a node were freed or taken (``key`` "" when every node may have moved).
-DEVICES_MOVED = "devices-moved"
-# Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
-CACHES_SYNCED = "caches-synced"
 
 
 # Informer kinds that declare no gangs (the rest are gang objects).
@@ -66,7 +51,7 @@ _NOT_GANG_OBJECTS = frozenset(
      "provisioningrequests"))
 
 
-class ClusterCache(DeviceAccounting):
+class ClusterCache:
     def __init__(self, level_labels: tuple[str, ...]) -> None:
         self.level_labels = level_labels
         self.nodes: dict[str, NodeRecord] = {}
@@ -94,8 +79,10 @@ class ClusterCache(DeviceAccounting):
         # adds the other kinds of gang object it watches when it starts).
         self.synced: dict[str, bool] = {"nodes": False, "pods": False, "podgroups": False}
         self.on_clamped: ClampedHook | None = None
-        # DRA devices: free per node and the demand of pending pods (fed by ``device_feed.py``).
+        # DRA devices: free per node and the demand of pending pods (fed by ``dra/feed.py``), and
+        # how they enter the pods' requests and the free capacity above.
         self.devices = DeviceInventory()
+        self.device_accounting = DeviceAccounting(self.devices, self.pods, self._free)
         self.scale_ups = ScaleUpTable()  # the ProvisioningRequests Quorum made, and their answers
 
     # --- helpers -------------------------------------------------------------------------
@@ -239,9 +226,20 @@ class ClusterCache(DeviceAccounting):
         record = pod_record(obj, gang_key)
         if not record.uid:
             return
-        moved = self._with_devices(record, obj)
+        moved = self._devices_changed(self.device_accounting.with_devices(record, obj))
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
+        self._replace_pod(old, record, left_gang)
+        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
+        for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, gang_key)):
+            self._emit(event)
+        if changed_gang:
+            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
+        self._emit_devices_moved(moved)
+
+    def _replace_pod(self, old: PodRecord | None, record: PodRecord, left_gang: bool) -> None:
+        """Swap a pod's record and its accounting; the capacity version moves only when what the
+        pod holds did."""
         if old is not None:
             self._account(old, -1)
             if left_gang and old.gang_key:
@@ -253,31 +251,6 @@ class ClusterCache(DeviceAccounting):
             record.holds_capacity, record.node_name, record.requests
         ):
             self.capacity_version += 1
-        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
-        if record.node_name and (old is None or not old.node_name):
-            self._emit(CacheEvent(POD_BOUND, record.uid, record))
-        if (record.terminal or record.deleting) and old is not None and not (old.terminal or old.deleting):
-            self._emit(CacheEvent(POD_REMOVED, record.uid, record))
-        elif left_gang and old is not None:
-            self._emit(CacheEvent(POD_REMOVED, record.uid, old))  # gone from its old gang
-        if old is not None and old.holds_capacity and (
-            not record.holds_capacity or record.node_name != old.node_name
-        ):
-            self._emit(CacheEvent(CAPACITY_FREED, old.node_name))
-        if gang_key and record.counts_for_quorum and (
-            old is None or old.gang_key != gang_key or not old.counts_for_quorum
-        ):
-            self._emit(CacheEvent(MEMBER_READY, gang_key, record))
-        if gang_key and record.unschedulable and not record.node_name and not (old and old.unschedulable):
-            self._emit(CacheEvent(MEMBER_UNSCHEDULABLE, gang_key, record))
-        if gang_key and record.node_name and old is not None and (old.ready, old.succeeded, old.started) != (
-            record.ready, record.succeeded, record.started
-        ):
-            self._emit(CacheEvent(MEMBER_HEALTH, record.uid, record))
-        if changed_gang:
-            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
-        for node in moved:
-            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
         """Index a gang member and the declaration its annotations carry; returns the gang key
@@ -290,7 +263,8 @@ class ClusterCache(DeviceAccounting):
         before = self.declarations.spec(gang_key)
         self.declarations.put_member(gang_key, spec, topology)
         after = self.declarations.spec(gang_key)
-        changed = before is not None and after is not None and _declared(before) != _declared(after)
+        # What the annotations declare, not which pod carried them nor when it was created.
+        changed = before is not None and after is not None and before.declaration() != after.declaration()
         return gang_key if changed else ""
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
@@ -309,8 +283,7 @@ class ClusterCache(DeviceAccounting):
         self._emit(CacheEvent(POD_REMOVED, uid, record))
         if record.holds_capacity:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
-        for node in moved:
-            self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
+        self._emit_devices_moved(moved)
 
     def _leave_gang(self, uid: str, gang_key: str) -> None:
         members = self.gang_members.get(gang_key)
@@ -369,10 +342,19 @@ class ClusterCache(DeviceAccounting):
     def replace_podgroups(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         return self.replace_gang_objects(NATIVE_PODGROUPS, objs)
 
-    # --- DRA devices (the accounting itself: device_accounting.py) -------------------------
+    # --- DRA devices (the accounting itself: dra/accounting.py) ----------------------------
     def apply_device_changes(self, changes: Changes) -> None:
-        """What a DRA object's update moved (``device_feed.py``), told to the coordinator."""
-        for node in self._devices_changed(changes):
+        """What a DRA object's update moved (``dra/feed.py``), told to the coordinator."""
+        self._emit_devices_moved(self._devices_changed(changes))
+
+    def _devices_changed(self, changes: Changes) -> set[str]:
+        """Apply what devices moved; returns the nodes, told once the caller's own events are out."""
+        if self.device_accounting.settle(changes):
+            self.capacity_version += 1
+        return changes.nodes
+
+    def _emit_devices_moved(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
             self._emit(CacheEvent(DEVICES_MOVED, "" if node == ALL_NODES else node))
 
     # --- queries -------------------------------------------------------------------------
@@ -414,8 +396,3 @@ def _meta(obj: Any, field: str) -> str:
     """One metadata field of an object of any shape ("" when absent), for keying a relist."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     return str(meta.get(field) or "") if isinstance(meta, dict) else ""
-
-
-def _declared(spec: GangSpec) -> tuple[object, ...]:
-    """What a gang's annotations declare (not which pod carried them, nor when it was created)."""
-    return spec.declaration()

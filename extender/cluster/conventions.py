@@ -123,20 +123,35 @@ def spec_from_pod(pod: Mapping[str, Any]) -> GangSpec | None:
 def topology_of_pod(pod: Mapping[str, Any]) -> MemberTopology | None:
     """Topology asked for by a member's annotations (Kueue TAS, then Quorum's); None when none."""
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    required = annotations.get(KUEUE_REQUIRED) or annotations.get(ANNOTATION_REQUIRED) or None
-    preferred = annotations.get(KUEUE_PREFERRED) or annotations.get(ANNOTATION_PREFERRED) or None
+    required, preferred = _asked_levels(annotations)
     slice_level = annotations.get(KUEUE_SLICE_REQUIRED) or None
-    if KUEUE_UNCONSTRAINED in annotations and str(annotations[KUEUE_UNCONSTRAINED]).lower() == "true":
-        required = preferred = None  # Kueue's "anywhere": no topology
     if not (required or preferred or slice_level):
         return None
-    problem, size = "", 0
+    size, problem = _slice_size(annotations, slice_level)
+    return MemberTopology(_text(required), _text(preferred), _text(slice_level), size, problem)
+
+
+def _asked_levels(annotations: Mapping[str, Any]) -> tuple[Any, Any]:
+    """The (required, preferred) levels of Kueue's annotations, else Quorum's; Kueue's
+    "unconstrained" asks for none."""
+    required = annotations.get(KUEUE_REQUIRED) or annotations.get(ANNOTATION_REQUIRED) or None
+    preferred = annotations.get(KUEUE_PREFERRED) or annotations.get(ANNOTATION_PREFERRED) or None
+    if KUEUE_UNCONSTRAINED in annotations and str(annotations[KUEUE_UNCONSTRAINED]).lower() == "true":
+        return None, None  # Kueue's "anywhere": no topology
+    return required, preferred
+
+
+def _slice_size(annotations: Mapping[str, Any], slice_level: Any) -> tuple[int, str]:
+    """The pods per slice (and what is wrong with it): only a slice level gives it a meaning."""
     if slice_level:
-        size, problem = _positive(annotations.get(KUEUE_SLICE_SIZE, ""), KUEUE_SLICE_SIZE)
-    elif KUEUE_SLICE_SIZE in annotations:
-        problem = f"{KUEUE_SLICE_SIZE} is set without {KUEUE_SLICE_REQUIRED}"
-    return MemberTopology(str(required) if required else None, str(preferred) if preferred else None,
-                          str(slice_level) if slice_level else None, size, problem)
+        return _positive(annotations.get(KUEUE_SLICE_SIZE, ""), KUEUE_SLICE_SIZE)
+    if KUEUE_SLICE_SIZE in annotations:
+        return 0, f"{KUEUE_SLICE_SIZE} is set without {KUEUE_SLICE_REQUIRED}"
+    return 0, ""
+
+
+def _text(value: Any) -> str | None:
+    return str(value) if value else None
 
 
 def with_topology(spec: GangSpec, topology: MemberTopology) -> GangSpec:

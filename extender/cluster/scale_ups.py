@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .device_demand import field_of, items_of, key_of
+from .dra.demand import field_of, items_of, key_of
 from .relist import Rejected, relist
 
 KIND = "provisioningrequests"

@@ -28,7 +28,6 @@ from ..cluster.cache import (
 )
 from ..cluster.records import GangSpec, PodRecord
 from ..config import Config
-from ..metrics import Metrics
 from ..topology.placement import NoFit, Placement
 from ..topology.scoring import ScoreTable
 from . import debug, gates, preemption
@@ -47,6 +46,7 @@ from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
 from .state import GangState, Phase
+from .telemetry import GangMetrics
 
 __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed", "ClusterActions",
            "Coordinator", "FilterDecision"]
@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 
 class Coordinator(CacheReactions):
-    def __init__(self, config: Config, cache: ClusterCache, actions: ClusterActions, metrics: Metrics,
+    def __init__(self, config: Config, cache: ClusterCache, actions: ClusterActions, metrics: GangMetrics,
                  clock: Callable[[], float] = time.monotonic, strict: bool = False) -> None:
         self.cache = cache
         self.core = Core(config, cache, CapacityLedger(cache), actions, metrics, clock, strict)

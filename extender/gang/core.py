@@ -17,10 +17,10 @@ from typing import Any, Protocol
 from ..cluster.cache import ClusterCache
 from ..cluster.records import GangHome, GangSpec, PodRecord
 from ..config import Config
-from ..metrics import Metrics
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
 from .state import Claim, Facts, GangState, Phase, derive_phase, transition
+from .telemetry import GangMetrics
 
 
 class BindFailed(Exception):
@@ -136,7 +136,7 @@ class Core:
     cache: ClusterCache
     ledger: CapacityLedger
     actions: ClusterActions
-    metrics: Metrics
+    metrics: GangMetrics
     clock: Callable[[], float]
     strict: bool = False  # illegal transitions raise (tests) instead of being logged
     wall: Callable[[], float] = time.time  # for what outlives the process (PodGroup annotations)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from ..cluster.cache import (
+from ..cluster.cache import ClusterCache
+from ..cluster.cache_events import (
     CACHES_SYNCED,
     CAPACITY_FREED,
     DEVICES_MOVED,
@@ -26,7 +27,6 @@ from ..cluster.cache import (
     POD_BOUND,
     POD_REMOVED,
     CacheEvent,
-    ClusterCache,
 )
 from .binding import Binder
 from .core import Core

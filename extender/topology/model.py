@@ -85,7 +85,7 @@ def format_resources(r: Resources) -> str:
     return "{" + ", ".join(_format_one(k, v) for k, v in items) + "}"
 
 
-# DRA device kinds are synthetic resource names (cluster/device_demand.py): "devices:<class>" counts
+# DRA device kinds are synthetic resource names (cluster/dra/demand.py): "devices:<class>" counts
 # devices, "devices:!<why>" is a request that cannot be counted, other kinds count whole requests.
 _DEVICES = "devices:"
 

@@ -236,17 +236,53 @@ def place_gang(
         raise ValueError("level_names must name at least one level")
     _validate(members, depth, required_level, preferred_level)
     if required_level is not None and preferred_level is not None and preferred_level > required_level:
-        # The tightest required domain may be one where the preference cannot be met while another
-        # meets it: look for the preferred domain first, anywhere (it is inside a required one).
-        labelled = [c for c in candidates if len(c.domains) == depth and c.domains[required_level]]
-        inside = place_gang(labelled, members, level_names, preferred_level, None)
-        if isinstance(inside, Placement):
-            return Placement(inside.assignment, inside.domain[: required_level + 1], inside.domains_used)
+        inside = _preferred_first(candidates, members, level_names, required_level, preferred_level)
+        if inside is not None:
+            return inside
     if not members:
         return Placement({}, (), 0)
     if not candidates:
         return NoFit("no candidate nodes passed the scheduler's filters")
+    search = _search_over(candidates, members, depth, preferred_level)
+    if isinstance(search, NoFit):
+        return search
+    outcome = (search.required(required_level, level_names[required_level]) if required_level is not None
+               else search.anywhere(len(members), preferred_level))
+    if isinstance(outcome, NoFit):
+        return outcome
+    placed, domain = outcome
+    return _placement(members, placed, domain, depth)
 
+
+def _placement(members: Sequence[Member], placed: _Pairs, domain: tuple[str, ...], depth: int) -> Placement:
+    """The search's pairs as a Placement, members in the order they were given."""
+    by_key = {m.key: n.name for m, n in placed}
+    assignment = {m.key: by_key[m.key] for m in members}
+    used = {n.domains[: depth - 1] if depth > 1 else (n.name,) for _, n in placed}
+    return Placement(assignment, domain, len(used))
+
+
+def _preferred_first(
+    candidates: Sequence[CandidateNode], members: Sequence[Member], level_names: Sequence[str],
+    required_level: int, preferred_level: int,
+) -> Placement | None:
+    """The tightest preferred domain that fits anywhere inside a required one, or None.
+
+    The tightest required domain may be one where the preference cannot be met while another meets
+    it: so the preferred domain is looked for first, anywhere (it lies inside a required one).
+    """
+    depth = len(level_names)
+    labelled = [c for c in candidates if len(c.domains) == depth and c.domains[required_level]]
+    inside = place_gang(labelled, members, level_names, preferred_level, None)
+    if isinstance(inside, Placement):
+        return Placement(inside.assignment, inside.domain[: required_level + 1], inside.domains_used)
+    return None
+
+
+def _search_over(candidates: Sequence[CandidateNode], members: Sequence[Member], depth: int,
+                 preferred_level: int | None) -> _Search | NoFit:
+    """The gang's shape measured against the snapshot, ready to be searched; NoFit when one member
+    of a heterogeneous gang fits no node at all."""
     total = _totals(members)
     shape = _requests_shape(members[0].requests)
     homogeneous = all(_requests_shape(m.requests) == shape for m in members[1:])
@@ -263,18 +299,15 @@ def place_gang(
     start = depth - 1 if depth == 1 or preferred_level == depth - 1 else depth - 2
     head = _summary(members, homogeneous, total)
     if not homogeneous:
-        # A member too large for every node is the whole story; say so instead of counting.
-        for shape, m in engine.need(ordered)[1]:
-            if not any(fits(n.free, n.pods, m.requests) for n in nodes):
-                return NoFit(f"{head}; no candidate node fits one pod of {format_resources(dict(shape))}")
+        oversized = _oversized_member(engine, ordered, nodes)
+        if oversized is not None:  # the whole story; say so instead of counting
+            return NoFit(f"{head}; no candidate node fits one pod of {format_resources(oversized)}")
+    return _Search(nodes, ordered, engine, depth, start, head, homogeneous)
 
-    search = _Search(nodes, ordered, engine, depth, start, head, homogeneous)
-    outcome = (search.required(required_level, level_names[required_level]) if required_level is not None
-               else search.anywhere(len(members), preferred_level))
-    if isinstance(outcome, NoFit):
-        return outcome
-    placed, domain = outcome
-    by_key = {m.key: n.name for m, n in placed}
-    assignment = {m.key: by_key[m.key] for m in members}
-    used = {n.domains[: depth - 1] if depth > 1 else (n.name,) for _, n in placed}
-    return Placement(assignment, domain, len(used))
+
+def _oversized_member(engine: _Engine, ordered: list[Member], nodes: list[_Node]) -> dict[str, int] | None:
+    """The requests of a member too large for every node, if there is one."""
+    for shape, m in engine.need(ordered)[1]:
+        if not any(fits(n.free, n.pods, m.requests) for n in nodes):
+            return dict(shape)
+    return None

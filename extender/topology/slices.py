@@ -144,11 +144,7 @@ def _spread(gang: _Gang, nodes: Sequence[CandidateNode]) -> tuple[dict[str, str]
     out: dict[str, str] = {}
     placed = 0
     needs = [_totals(piece) for piece in slices]
-    rests = [(0, dict.fromkeys(gang.total, 0))]  # what slices[i:] need, built from the end
-    for piece, need in zip(reversed(slices), reversed(needs), strict=True):
-        count, total = rests[-1]
-        rests.append((count + len(piece), {name: total[name] + need.get(name, 0) for name in total}))
-    rests.reverse()
+    rests = _rests(gang, needs)
     for i, piece in enumerate(slices):
         if any(d.take(gang, piece, needs[i], out) for d in sorted(used, key=_Domain.tight)):
             placed += 1
@@ -165,6 +161,16 @@ def _spread(gang: _Gang, nodes: Sequence[CandidateNode]) -> tuple[dict[str, str]
             used.append(opened)
             placed += 1
     return out, placed
+
+
+def _rests(gang: _Gang, needs: list[dict[str, int]]) -> list[tuple[int, dict[str, int]]]:
+    """What ``slices[i:]`` need (pods, resources) for every i, and nothing after the last."""
+    rests = [(0, dict.fromkeys(gang.total, 0))]  # built from the end
+    for piece, need in zip(reversed(gang.slices), reversed(needs), strict=True):
+        count, total = rests[-1]
+        rests.append((count + len(piece), {name: total[name] + need.get(name, 0) for name in total}))
+    rests.reverse()
+    return rests
 
 
 def _in_scope(

@@ -16,7 +16,7 @@ evicted too (a gang goes whole) but free nothing the gang uses there. Pure and b
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .claims import ClaimNode, copies, envelope
@@ -53,27 +53,39 @@ def choose_victims(nodes: Sequence[ClaimNode], units: Sequence[Unit], members: S
              and copies(n.allocatable, n.pods_allocatable, shape) > 0}
     levels = [required_level] if required_level is not None else list(range(depth - 1, -1, -1))
     for level in levels:
-        domains: dict[tuple[str, ...], list[ClaimNode]] = {}
-        for n in hosts.values():
-            path = n.domains[: level + 1]
-            if "" not in path:
-                domains.setdefault(path, []).append(n)
-        holding = {p: ns for p, ns in domains.items()
-                   if sum(copies(n.allocatable, n.pods_allocatable, shape) for n in ns) >= size}
-        if not holding:
-            continue  # no domain at this level could ever hold it: look one level up
-        best: tuple[tuple[int, int, int, tuple[str, ...]], Displacement] | None = None
-        for path, members_nodes in sorted(holding.items()):
-            chosen = _displace_in(members_nodes, units, shape, size)
-            if chosen is None:
-                continue
-            key = (len(chosen), max((u.priority for u in chosen), default=0),
-                   sum(len(u.pods) for u in chosen), path)
-            if best is None or key < best[0]:
-                names = tuple(sorted(n.name for n in members_nodes))
-                best = (key, Displacement(level, path, names, tuple(chosen)))
-        return best[1] if best is not None else None
+        holding = _domains_holding(hosts.values(), level, shape, size)
+        if holding:  # else no domain at this level could ever hold it: look one level up
+            return _cheapest(level, holding, units, shape, size)
     return None
+
+
+def _domains_holding(hosts: Iterable[ClaimNode], level: int, shape: Mapping[str, int],
+                     size: int) -> dict[tuple[str, ...], list[ClaimNode]]:
+    """The domains at ``level`` whose hosts could hold the whole gang once emptied."""
+    domains: dict[tuple[str, ...], list[ClaimNode]] = {}
+    for n in hosts:
+        path = n.domains[: level + 1]
+        if "" not in path:
+            domains.setdefault(path, []).append(n)
+    return {p: ns for p, ns in domains.items()
+            if sum(copies(n.allocatable, n.pods_allocatable, shape) for n in ns) >= size}
+
+
+def _cheapest(level: int, holding: Mapping[tuple[str, ...], list[ClaimNode]], units: Sequence[Unit],
+              shape: Mapping[str, int], size: int) -> Displacement | None:
+    """The domain needing the fewest units, then the lowest highest priority, then the fewest pods
+    evicted (then the first path)."""
+    best: tuple[tuple[int, int, int, tuple[str, ...]], Displacement] | None = None
+    for path, members_nodes in sorted(holding.items()):
+        chosen = _displace_in(members_nodes, units, shape, size)
+        if chosen is None:
+            continue
+        key = (len(chosen), max((u.priority for u in chosen), default=0),
+               sum(len(u.pods) for u in chosen), path)
+        if best is None or key < best[0]:
+            names = tuple(sorted(n.name for n in members_nodes))
+            best = (key, Displacement(level, path, names, tuple(chosen)))
+    return best[1] if best is not None else None
 
 
 def _displace_in(domain: Sequence[ClaimNode], units: Sequence[Unit], shape: Mapping[str, int],

@@ -6,7 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from extender.cluster.cache import CacheEvent, ClusterCache
+from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import CacheEvent
 
 from .fake_kube import KubeWorld, kube_world
 from .fixtures import LEVEL_LABELS, topology_nodes

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.cluster.cache import CacheEvent, ClusterCache
+from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import CacheEvent
 from extender.cluster.records import GangHome, GangSpec
 
 from .fixtures import LEVEL_LABELS, bound, load, make_node, make_pod, make_podgroup, topology_nodes

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 
-from extender.cluster.cache import CACHES_SYNCED, CacheEvent, ClusterCache
+from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
 from extender.cluster.resources import MAX_UNITS, QuantityError
 
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup, topology_nodes

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.cache import GANG_CHANGED, GANG_REMOVED, CacheEvent, ClusterCache
+from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import GANG_CHANGED, GANG_REMOVED, CacheEvent
 from extender.cluster.conventions import (
     declared_by_pod,
     gang_key_of_pod,

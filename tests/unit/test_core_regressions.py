@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from extender.cluster.cache import CACHES_SYNCED, CacheEvent
+from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
 from extender.config import GangTimings
 from extender.gang.ledger import CapacityLedger, DoubleReservation
 from extender.topology.placement import NoFit

@@ -1,4 +1,4 @@
-"""extender.cluster.device_cel: DRA CEL selectors evaluated against ResourceSlice devices."""
+"""extender.cluster.dra.cel: DRA CEL selectors evaluated against ResourceSlice devices."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from extender.cluster import device_cel
-from extender.cluster.device_cel import (
+from extender.cluster.dra import cel as device_cel
+from extender.cluster.dra.cel import (
     MAX_EXPRESSION_LENGTH,
     SELECTORS,
     Compiled,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.cluster.device_feed import DEVICE_SOURCES, DeviceFeed
-from extender.cluster.devices import DeviceInventory
+from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
+from extender.cluster.dra.inventory import DeviceInventory
 from extender.topology.model import format_resources
 
 from .dra_objects import (

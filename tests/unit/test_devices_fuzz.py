@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.device_feed import DEVICE_SOURCES, DeviceFeed
+from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 
 from .dra_objects import claim, device_class, exactly, resource_slice, template, with_template
 from .fixtures import World, gang_pod

@@ -19,7 +19,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import invariant, rule
 
-from extender.cluster.device_feed import DEVICE_SOURCES, DeviceFeed
+from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 
 from .core_world import NAMESPACE, NODE_NAMES, Apiserver, Obj, bound_node
 from .dra_objects import DRIVER, claim, device_class, exactly, resource_slice, template

@@ -14,7 +14,8 @@ import pytest
 
 from extender.adapters.informer import ABSENT, BACKOFF, STOPPED, Informer
 from extender.adapters.kube import ApiError, Gone
-from extender.cluster.cache import CACHES_SYNCED, CacheEvent, ClusterCache
+from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
 from extender.metrics import Metrics
 
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import aiohttp
 import pytest
 
 from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.records import GangHome
-from extender.gang.core import EvictionFailed
+from extender.gang.core import BindFailed, EvictionFailed
 from extender.gang.effects import GangCondition
 
 from .fake_kube import KubeWorld, Request
@@ -71,6 +72,48 @@ async def test_eviction_without_an_apiserver_raises_eviction_failed() -> None:
             await client.evict_pod("ml", "trainer-0", "uid-0", "requeue")
     finally:
         await client.close()
+
+
+# --------------------------------------------------------------------------- bindings
+
+BINDING = "/api/v1/namespaces/ml/pods/trainer-0/binding"
+
+
+async def test_binding_posts_a_binding_to_the_node_guarded_by_the_pod_uid(kube: KubeWorld) -> None:
+    await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    [request] = kube.api.requests
+    assert (request.method, request.path) == ("POST", BINDING)
+    assert request.body == {"apiVersion": "v1", "kind": "Binding",
+                            "metadata": {"name": "trainer-0", "namespace": "ml", "uid": "uid-0"},
+                            "target": {"apiVersion": "v1", "kind": "Node", "name": "node-a"}}
+
+
+@pytest.mark.parametrize("message", ['pods "trainer-0" not found', ""])
+async def test_binding_a_pod_that_does_not_exist_says_the_pod_was_not_found(kube: KubeWorld,
+                                                                           message: str) -> None:
+    kube.api.answers[("POST", BINDING)] = (404, message)
+    with pytest.raises(BindFailed) as failure:
+        await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    expected = "binding ml/trainer-0 to node-a failed: pod ml/trainer-0 not found (HTTP 404)"
+    assert str(failure.value) == expected
+
+
+class _TimesOut:
+    """A request whose answer never came in time, as aiohttp reports it: a TimeoutError saying nothing."""
+
+    async def __aenter__(self) -> None:
+        raise TimeoutError
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None
+
+
+async def test_a_binding_that_fails_without_a_message_names_the_error(
+        kube: KubeWorld, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(aiohttp.ClientSession, "post", lambda *args, **kwargs: _TimesOut())
+    with pytest.raises(BindFailed) as failure:
+        await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    assert str(failure.value) == "binding ml/trainer-0 to node-a failed: TimeoutError"
 
 
 # --------------------------------------------------------------------------- PodGroup conditions

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.device_feed import DEVICE_SOURCES, DeviceFeed
+from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 from extender.cluster.relist import relist
 from extender.cluster.scale_ups import ScaleUpTable
 

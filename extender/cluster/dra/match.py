@@ -13,8 +13,8 @@ from typing import Any
 
 import orjson
 
-from .device_cel import Field, SelectorCache, device_data, fields_read, project_raw
-from .device_demand import Choice, Request, field_of
+from .cel import Field, SelectorCache, device_data, fields_read, project_raw
+from .demand import Choice, Request, field_of
 
 _MEMO_LIMIT = 1 << 20  # selector results and device variables kept; rebuilt after a clear
 

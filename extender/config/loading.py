@@ -1,144 +1,26 @@
-"""Configuration: one YAML file, then environment variables, then command-line flags.
-
-Validation happens once at start; any bad value stops the process with a message that names the
-field (``gang.bindTimeoutSeconds: must be > 0``) instead of failing later on the request path.
-"""
+"""Reading the settings: the YAML file, validated field by field, then environment and flag overrides."""
 
 from __future__ import annotations
 
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-ANNOTATION_PREFIX = "quorum.dev/"
-
-
-class ConfigError(ValueError):
-    """Invalid configuration; the message names the offending field."""
-
-
-@dataclass(frozen=True, slots=True)
-class TopologyLevel:
-    name: str
-    node_label: str
-
-
-@dataclass(frozen=True, slots=True)
-class GangTimings:
-    bind_timeout_seconds: float = 30.0
-    backoff_base_seconds: float = 5.0
-    backoff_max_seconds: float = 300.0
-    max_replans: int = 3
-
-
-@dataclass(frozen=True, slots=True)
-class Lifecycle:
-    """What happens after a gang's quorum is bound (the waitForPodsReady story).
-
-    Both timeouts are off (0) by default: turning them on means Quorum may evict running pods.
-    """
-
-    pods_ready_timeout_seconds: float = 0.0  # quorum bind -> minCount members Ready; 0 = off
-    recovery_timeout_seconds: float = 0.0  # below minCount after running -> requeue; 0 = off
-    backoff_base_seconds: float = 60.0  # requeue backoff: base * 2^(n-1) + jitter, capped
-    backoff_max_seconds: float = 3600.0
-    backoff_jitter: float = 0.1  # up to this fraction of the delay is added at random
-    backoff_limit_count: int | None = None  # requeues before the gang is deactivated; None = no limit
-    replace_outside_domain: bool = False  # replacements that no longer fit the domain: re-place whole
-    started_config_maps: bool = False  # write the gang-started ConfigMaps gangs ask for (needs RBAC)
-
-
-@dataclass(frozen=True, slots=True)
-class Starvation:
-    """The head-of-line claim that keeps a large gang from waiting for ever (see docs/design.md).
-
-    The highest-ordered waiting gang that does not fit earmarks the domain where the least
-    capacity is missing; lower-ordered work may not take capacity there, so it fills up as running
-    pods finish.
-    """
-
-    enabled: bool = True
-    claim_after_seconds: float = 60.0  # head of the queue this long (and not fitting) -> claim
-    claim_on_priority: bool = True  # a head gang above every other waiting gang in priority claims at once
-
-
-@dataclass(frozen=True, slots=True)
-class Preemption:
-    """Whole-gang preemption by Quorum (off by default: turning it on means Quorum evicts work).
-
-    A waiting gang at the head of the queue that does not fit displaces lower-priority work: whole
-    gangs and plain pods, fewest first, through the Eviction API; its domain is claimed meanwhile.
-    """
-
-    enabled: bool = False
-    # Victims still terminating after this long no longer hold up a new plan (a budget refused them).
-    victim_grace_seconds: float = 120.0
-
-
-@dataclass(frozen=True, slots=True)
-class TlsSettings:
-    """HTTPS on the verbs' port (``listen.tls``); ``client_ca_file`` turns on client verification."""
-
-    cert_file: str
-    key_file: str
-    client_ca_file: str = ""
-    client_names: tuple[str, ...] = ()  # with mTLS: only these certificate names may call the verbs
-    reload_seconds: float = 10.0
-
-
-DEFAULT_LEVELS = (
-    TopologyLevel("block", "topology.quorum.dev/block"),
-    TopologyLevel("rack", "topology.quorum.dev/rack"),
-    TopologyLevel("host", "kubernetes.io/hostname"),
+from .settings import (
+    DEFAULT_LEVELS,
+    Autoscaling,
+    Config,
+    ConfigError,
+    GangTimings,
+    Lifecycle,
+    Preemption,
+    Starvation,
+    TlsSettings,
+    TopologyLevel,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Autoscaling:
-    """Topology-aware scale-up (off by default: on, Quorum creates ProvisioningRequests).
-
-    A gang with a required domain that fits in no existing one asks cluster-autoscaler for its
-    capacity in one domain, the one where the least is missing, through an atomic request; so does
-    any gang whose pods consume a ProvisioningRequest (the autoscaler leaves those pods to it).
-    """
-
-    provisioning_requests: bool = False
-    provisioning_class: str = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    host: str = "127.0.0.1"
-    port: int = 8888
-    tls: TlsSettings | None = None
-    scheduler_names: tuple[str, ...] = ()  # schedulerNames: profiles whose pods /bind accepts (empty: any)
-    metrics_port: int = 0  # > 0: /metrics and /debug/* on this port (plain HTTP), not on the verbs' port
-    metrics_host: str = ""  # the address for metrics_port ("" = listen.host); e.g. 0.0.0.0 for scrapes
-    kubeconfig: str = ""
-    levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
-    kueue_topology: str = ""  # a Kueue Topology whose spec.levels replace ``levels`` (read at start)
-    gang: GangTimings = field(default_factory=GangTimings)
-    lifecycle: Lifecycle = field(default_factory=Lifecycle)
-    starvation: Starvation = field(default_factory=Starvation)
-    preemption: Preemption = field(default_factory=Preemption)
-    autoscaling: Autoscaling = field(default_factory=Autoscaling)
-    max_request_bytes: int = 32 * 1024 * 1024
-    body_timeout_seconds: float = 10.0  # a request body must arrive within this (else HTTP 408)
-    log_level: str = "info"
-    log_format: str = "json"
-    check_invariants: bool = False  # debug.checkInvariants: verify the core after every call
-
-    def level_index(self, name_or_label: str) -> int | None:
-        """Resolve a topology reference given as a level name ("rack") or a node label key."""
-        for i, level in enumerate(self.levels):
-            if name_or_label in (level.name, level.node_label):
-                return i
-        return None
-
 
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 _LOG_FORMATS = ("json", "text")
@@ -299,52 +181,25 @@ def _tls(raw: Mapping[str, Any]) -> TlsSettings:
                        _number(raw, "reloadSeconds", "listen.tls", 10.0, minimum=0.1))
 
 
+_TOP_LEVEL_KEYS = {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
+                   "preemption", "autoscaling", "http", "log", "debug"}
+
+
 def from_mapping(raw: Mapping[str, Any]) -> Config:
     """Build a validated Config from a parsed YAML document."""
     if not isinstance(raw, Mapping):
         raise ConfigError("config file: top level must be a mapping")
-    _check_keys(raw, {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
-                      "preemption", "autoscaling", "http", "log", "debug"},
-                "")
-    listen = _section(raw, "listen")
-    _check_keys(listen, {"host", "port", "tls", "metricsPort", "metricsHost"}, "listen")
-    topology = _section(raw, "topology")
-    _check_keys(topology, {"levels", "kueueTopology"}, "topology")
-    kueue_topology = topology.get("kueueTopology") or ""
-    if not isinstance(kueue_topology, str) or (kueue_topology and topology.get("levels") is not None):
-        raise ConfigError("topology.kueueTopology: a Topology name, and then no topology.levels")
-    gang = _section(raw, "gang")
-    _check_keys(
-        gang, {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds", "maxReplans"}, "gang"
-    )
-    http = _section(raw, "http")
-    _check_keys(http, {"maxRequestBytes", "bodyTimeoutSeconds"}, "http")
-    log = _section(raw, "log")
-    _check_keys(log, {"level", "format"}, "log")
-    debug = _section(raw, "debug")
-    _check_keys(debug, {"checkInvariants"}, "debug")
-    check = debug.get("checkInvariants", False)
-    if not isinstance(check, bool):
-        raise ConfigError(f"debug.checkInvariants: must be true or false, got {check!r}")
-
-    host = listen.get("host", "127.0.0.1")
-    if not isinstance(host, str) or not host:
-        raise ConfigError("listen.host: must be a non-empty string")
-    scheduler_names = raw.get("schedulerNames") or []
-    if not isinstance(scheduler_names, list) or not all(isinstance(n, str) and n for n in scheduler_names):
-        raise ConfigError("schedulerNames: must be a list of kube-scheduler profile names")
-    kubeconfig = raw.get("kubeconfig") or ""
-    if not isinstance(kubeconfig, str):
-        raise ConfigError("kubeconfig: must be a path string")
-
-    timings = GangTimings(
-        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
-        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
-        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
-        max_replans=_count(gang, "maxReplans", "gang", 3),
-    )
-    if timings.backoff_max_seconds < timings.backoff_base_seconds:
-        raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
+    _check_keys(raw, _TOP_LEVEL_KEYS, "")
+    listen = _checked_section(raw, "listen", {"host", "port", "tls", "metricsPort", "metricsHost"})
+    topology = _checked_section(raw, "topology", {"levels", "kueueTopology"})
+    kueue_topology = _kueue_topology(topology)
+    gang = _checked_section(raw, "gang", {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds",
+                                          "maxReplans"})
+    http = _checked_section(raw, "http", {"maxRequestBytes", "bodyTimeoutSeconds"})
+    log = _checked_section(raw, "log", {"level", "format"})
+    check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug", False)
+    host, scheduler_names, kubeconfig = _host(listen), _scheduler_names(raw), _kubeconfig(raw)
+    timings = _gang_timings(gang)
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
@@ -356,7 +211,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
         metrics_host=str(listen.get("metricsHost") or ""),
         kubeconfig=kubeconfig,
-        scheduler_names=tuple(scheduler_names),
+        scheduler_names=scheduler_names,
         levels=_levels(topology.get("levels")),
         kueue_topology=kueue_topology,
         gang=timings,
@@ -367,6 +222,53 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         check_invariants=check,
     )
     return validate(config)
+
+
+def _checked_section(raw: Mapping[str, Any], key: str, allowed: set[str]) -> Mapping[str, Any]:
+    """A top-level section with no field Quorum does not know."""
+    section = _section(raw, key)
+    _check_keys(section, allowed, key)
+    return section
+
+
+def _kueue_topology(topology: Mapping[str, Any]) -> str:
+    kueue_topology = topology.get("kueueTopology") or ""
+    if not isinstance(kueue_topology, str) or (kueue_topology and topology.get("levels") is not None):
+        raise ConfigError("topology.kueueTopology: a Topology name, and then no topology.levels")
+    return kueue_topology
+
+
+def _host(listen: Mapping[str, Any]) -> str:
+    host = listen.get("host", "127.0.0.1")
+    if not isinstance(host, str) or not host:
+        raise ConfigError("listen.host: must be a non-empty string")
+    return host
+
+
+def _scheduler_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
+    scheduler_names = raw.get("schedulerNames") or []
+    if not isinstance(scheduler_names, list) or not all(isinstance(n, str) and n for n in scheduler_names):
+        raise ConfigError("schedulerNames: must be a list of kube-scheduler profile names")
+    return tuple(scheduler_names)
+
+
+def _kubeconfig(raw: Mapping[str, Any]) -> str:
+    kubeconfig = raw.get("kubeconfig") or ""
+    if not isinstance(kubeconfig, str):
+        raise ConfigError("kubeconfig: must be a path string")
+    return kubeconfig
+
+
+def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
+    timings = GangTimings(
+        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
+        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
+        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
+        max_replans=_count(gang, "maxReplans", "gang", 3),
+    )
+    if timings.backoff_max_seconds < timings.backoff_base_seconds:
+        raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
+    return timings
 
 
 def validate(config: Config) -> Config:

@@ -34,7 +34,7 @@ from typing import Any
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_strings
 
-from .resources import QuantityError, parse_quantity
+from ..resources import QuantityError, parse_quantity
 
 MAX_EXPRESSION_LENGTH = 10 * 1024  # Kubernetes' CELSelectorExpressionMaxLength
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1

@@ -12,7 +12,7 @@ colon, which no Kubernetes resource name has):
   before it is allocated, a selector that does not compile) becomes ``devices:!<why>``: a name no
   node has, so the pod fits nowhere and the reason says why. Quorum never guesses that devices fit.
 
-Pure parsing: the inventory (``devices.py``) decides which objects a pod's claims resolve to.
+Pure parsing: the inventory (``inventory.py``) decides which objects a pod's claims resolve to.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .resources import Resources
+from ..resources import Resources
 
 PREFIX = "devices:"
 PROBLEM = PREFIX + "!"

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .device_demand import key_of
-from .devices import Changes, DeviceInventory
-from .relist import Rejected, relist
+from ..relist import Rejected, relist
+from .demand import key_of
+from .inventory import Changes, DeviceInventory
 
 if TYPE_CHECKING:
-    from .cache import ClusterCache
+    from ..cache import ClusterCache
 
 Update = Callable[[DeviceInventory, Mapping[str, Any]], Changes]
 

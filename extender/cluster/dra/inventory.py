@@ -2,7 +2,7 @@
 
 The cache feeds this inventory with ResourceSlices, ResourceClaims, ResourceClaimTemplates,
 DeviceClasses and the claim references of pods. It answers two questions, both as resource maps
-the placement code already understands (names under ``devices:``, see ``device_demand.py``):
+the placement code already understands (names under ``devices:``, see ``demand.py``):
 
 * ``node_free(node)``: per device kind, how many devices (or whole requests) the node can still give;
 * ``demand(uid)``: what a pending pod's claims ask for.
@@ -26,7 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .device_demand import (
+from ..resources import Resources
+from .demand import (
+    Choice,
     DeviceKind,
     Ident,
     Request,
@@ -41,8 +43,7 @@ from .device_demand import (
     pod_claim_refs,
     selectors_of,
 )
-from .device_match import DeviceCatalog
-from .resources import Resources
+from .match import DeviceCatalog
 
 ALL_NODES = "*"  # a change that may move the free devices of every node
 
@@ -329,13 +330,7 @@ class DeviceInventory:
         """How many requests of a kind the node serves, as kube-scheduler would give them one after
         another: each takes the first choice that still fits. Devices taken for one choice are
         assumed gone for all (exact for choices of one class, cautious for overlapping ones)."""
-        left = []
-        for choice in kind.choices:
-            available = sum(1 for sig in free if self.catalog.matches(choice, sig))
-            if choice.all_devices:
-                matching = sum(1 for sig in devices.values() if self.catalog.matches(choice, sig))
-                available = available if matching and available == matching else 0
-            left.append((choice, available))
+        left = [(choice, self._available(choice, devices, free)) for choice in kind.choices]
         served = 0
         while True:
             taken = next((c.count if not c.all_devices else n for c, n in left if n and n >= c.count), 0)
@@ -343,6 +338,14 @@ class DeviceInventory:
                 return served
             served += 1
             left = [(c, n - taken) for c, n in left]
+
+    def _available(self, choice: Choice, devices: Mapping[Ident, str], free: list[str]) -> int:
+        """Free devices a choice matches; for an "all devices" choice, every one it matches or none."""
+        available = sum(1 for sig in free if self.catalog.matches(choice, sig))
+        if choice.all_devices:
+            matching = sum(1 for sig in devices.values() if self.catalog.matches(choice, sig))
+            return available if matching and available == matching else 0
+        return available
 
     def _is_free(self, ident: Ident) -> bool:
         key = self._allocated.get(ident)
