@@ -5,7 +5,7 @@ informers would, with watch events that may lag. It is no apiserver: nothing tal
 or a client; the one ``FakeActions`` applies Quorum's writes to it, and it records, for every
 binding, whether the pod's gang had reached its quorum in that batch: a member bound below quorum
 is exactly the failure gang scheduling exists to prevent. ``VirtualClockLoop`` runs it all without
-sleeping.
+sleeping. Nodes, pods and PodGroups are built by ``payloads``, as in the other unit tests.
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
 from extender.topology.model import fits
 
-from .payloads import merge_annotations
+from .payloads import LEVEL_LABELS, make_node, make_pod, make_podgroup, merge_annotations
 
-BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
-LEVEL_LABELS = (BLOCK, RACK, HOST)
 GPU = "nvidia.com/gpu"
 NAMESPACE = "ml"
 NODE_NAMES = tuple(f"b{b}-r{r}-n{n}" for b in range(2) for r in range(2) for n in range(2))
@@ -98,31 +96,21 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 
 def node(name: str, gpus: int) -> Obj:
-    block, rack = name.split("-")[0], "-".join(name.split("-")[:2])
-    return {"metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name}},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}}}
+    """Node ``b<i>-r<j>-n<k>`` in its block and rack, with ``gpus`` GPUs."""
+    return make_node(name, name.split("-")[0], "-".join(name.split("-")[:2]), gpus=gpus)
 
 
 def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None,
         priority: int = 0) -> Obj:
-    spec: Obj = {"schedulerName": "quorum", "containers": [
-        {"name": "main", "resources": {"requests": {"cpu": "1", GPU: str(gpus)}}}]}
-    if priority:
-        spec["priority"] = priority
-    if group:
-        spec["schedulingGroup"] = {"podGroupName": group}
-    return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
-                         "annotations": dict(annotations or {})},
-            "spec": spec, "status": {"phase": "Pending"}}
+    obj = make_pod(name, f"uid-{name}", namespace=NAMESPACE, group=group, cpu="1", memory="1Gi",
+                   gpus=gpus, annotations=annotations)
+    obj["spec"]["priority"] = priority
+    return obj
 
 
 def podgroup(name: str, min_count: int | None, rack: bool, priority: int = 0) -> Obj:
-    spec: Obj = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
-    if priority:
-        spec["priority"] = priority
-    if rack:
-        spec["schedulingConstraints"] = {"topology": [{"key": "rack"}]}
-    return {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+    return make_podgroup(name, min_count or None, namespace=NAMESPACE, topology_key="rack" if rack else None,
+                         priority=priority)
 
 
 def claiming(obj: Obj, gang: str, min_count: int, group: bool) -> Obj:
