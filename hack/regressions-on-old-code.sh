@@ -3,9 +3,9 @@
 #   bash hack/regressions-on-old-code.sh [REV]      (default e49b204, the last commit before the
 #                                                   gang core's redesign)
 # Checks REV out into a temporary git worktree, copies in this tree's black-box tests and their
-# harness (tests/unit/test_defects_blackbox*.py, blackbox.py, payloads.py), runs them there, prints
-# one line per test (PASS, FAIL (assertion), or ERROR (<exception>) when a test broke for any other
-# reason) and removes the worktree.
+# harness (tests/unit/test_defects_blackbox*.py, blackbox.py, payloads.py, fake_apiserver.py), runs
+# them there, prints one line per test (PASS, FAIL (assertion), or ERROR (<exception>) when a test
+# broke for any other reason) and removes the worktree.
 #
 # Every test must FAIL BY ASSERTION on the old code: that is what shows it guards its defect. Exit
 # status 0 means they all did. EXPECT=pass checks the opposite (every test passes), for a revision
@@ -33,7 +33,7 @@ trap cleanup EXIT
 
 git worktree add --quiet --detach "$TREE" "$REV"
 TESTS=(tests/unit/test_defects_blackbox*.py)
-cp "${TESTS[@]}" tests/unit/blackbox.py tests/unit/payloads.py "$TREE/tests/unit/"
+cp "${TESTS[@]}" tests/unit/blackbox.py tests/unit/payloads.py tests/unit/fake_apiserver.py "$TREE/tests/unit/"
 HARNESS="hack/lib/blackbox_${REV}.py"
 if [[ -f "$HARNESS" ]]; then
   cp "$HARNESS" "$TREE/tests/unit/blackbox.py"

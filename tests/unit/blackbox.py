@@ -1,10 +1,11 @@
 """Quorum in-process as production wires it, driven only from the outside.
 
 The black-box regression tests run against this version of Quorum and against versions from before
-the gang core's redesign: ``hack/regressions-on-old-code.sh`` copies this module into such a tree,
-since ``extender.cli.build`` and the Kubernetes client's methods are the same in both. So nothing
-here reads Quorum's internals. The app is built by ``extender.cli.build`` (the same wiring as the
-process, readiness included) with a recording fake in place of the Kubernetes client's methods.
+the gang core's redesign: ``hack/regressions-on-old-code.sh`` copies this module (with ``payloads``
+and ``fake_apiserver``) into such a tree, since ``extender.cli.build`` and the Kubernetes client's
+methods are the same in both. So nothing here reads Quorum's internals. The app is built by
+``extender.cli.build`` (the same wiring as the process, readiness included) with the recording
+``FakeApiserver`` in place of the Kubernetes client.
 Tests talk to it over HTTP, feed the watches, and look at what reached the client (bindings,
 requeue nudges) and at the logs.
 """
@@ -20,7 +21,7 @@ import traceback
 import tracemalloc
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 from unittest import mock
 
@@ -30,6 +31,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from extender import cli
 from extender.config import Config, GangTimings
 
+from .fake_apiserver import NODES, PODGROUPS, PODS, FakeApiserver
 from .payloads import (
     HOST,
     binding_args,
@@ -40,7 +42,6 @@ from .payloads import (
     make_node,
     make_pod,
     make_podgroup,
-    merge_annotations,
 )
 
 __all__ = [
@@ -65,14 +66,6 @@ __all__ = [
     "small_cluster",
 ]
 
-NODES = "/api/v1/nodes"
-PODS = "/api/v1/pods"
-PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
-# DRA objects (resource.k8s.io/v1), watched since Quorum counts devices; empty unless a test adds some.
-DEVICE_KINDS = tuple(f"/apis/resource.k8s.io/v1/{plural}" for plural in
-                     ("deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims"))
-KINDS = (NODES, PODS, PODGROUPS, *DEVICE_KINDS)
-
 # How long the harness waits for something that takes milliseconds: only a hang detector.
 PATIENCE_SECONDS = 2.0
 
@@ -86,121 +79,6 @@ async def eventually(condition: Callable[[], bool], what: str, within: float = P
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {within:g}s: {what}")
         await asyncio.sleep(0.005)
-
-
-@dataclass
-class _Stream:
-    """One kind's watch: events queued by the test, and whether a watch holds one right now."""
-
-    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
-    in_hand: bool = False
-    open: int = 0
-
-
-class FakeApiserver:
-    """Stands in for the Kubernetes client: lists, watches, bindings, requeue nudges, evictions,
-    Events, PodGroup conditions and annotations.
-
-    ``objects`` is what a list answers. Events given to ``add``/``modify``/``delete`` reach the open
-    watch of their kind in order; an exception given to ``break_watch`` is raised by that watch.
-    Bindings and evictions succeed and are recorded; they reach the cache only when a test delivers
-    them. (Only plain values are recorded: older versions of Quorum have no types for them.)
-    """
-
-    def __init__(self) -> None:
-        self.objects: dict[str, list[dict[str, Any]]] = {kind: [] for kind in KINDS}
-        self.streams = {kind: _Stream() for kind in KINDS}
-        self.binds: list[tuple[str, str]] = []  # (pod name, node)
-        self.requeued: list[str] = []  # pod names, in order
-        self.evicted: list[tuple[str, str]] = []  # (pod name, reason), in order
-        self.events: list[tuple[str, str, str, str]] = []  # (regarding "Kind/ns/name", type, reason, note)
-        self.conditions: dict[str, dict[str, bool]] = {}  # "ns/name" -> condition type -> status
-        self.annotations: dict[str, dict[str, str]] = {}  # "ns/name" -> annotations as merged
-
-    # ------------------------------------------------------------------ the client interface
-    async def get_json(self, path: str) -> dict[str, Any] | None:
-        """API discovery: the 1.37 PodGroup API is served, nothing else that declares gangs."""
-        await asyncio.sleep(0)
-        if path == "/apis/scheduling.k8s.io/v1beta1":
-            return {"resources": [{"name": "podgroups"}, {"name": "workloads"}]}
-        return None
-
-    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        await asyncio.sleep(0)
-        return json.loads(json.dumps(self.objects[path])), "1"
-
-    async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
-                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:
-        stream = self.streams[path]
-        stream.open += 1
-        try:
-            if on_open is not None:
-                on_open()
-            while True:
-                item = await stream.queue.get()
-                if isinstance(item, BaseException):
-                    raise item
-                stream.in_hand = True
-                yield item
-                stream.in_hand = False
-        finally:
-            stream.open -= 1
-            stream.in_hand = False
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await asyncio.sleep(0)
-        self.binds.append((name, node))
-
-    async def requeue_pods(self, pods: list[Any], reason: str) -> None:
-        self.requeued.extend(pod.name for pod in pods)
-
-    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
-        await asyncio.sleep(0)
-        self.evicted.append((name, reason))
-
-    def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
-        self.events.append((str(regarding.key), type_, reason, note))
-
-    async def set_gang_conditions(self, home: Any, conditions: list[Any]) -> None:
-        namespace, name = home.namespace, home.name
-        self.conditions[f"{namespace}/{name}"] = {str(c.type): bool(c.status) for c in conditions}
-
-    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
-        namespace, name = home.namespace, home.name
-        merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
-        return True
-
-    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-        merge_annotations(self.annotations.setdefault(f"pod {namespace}/{name}", {}), annotations)
-        return True
-
-    async def close(self) -> None:
-        return None
-
-    # ------------------------------------------------------------------ what tests do
-    def add(self, path: str, *objects: dict[str, Any]) -> None:
-        for obj in objects:
-            self.streams[path].queue.put_nowait({"type": "ADDED", "object": obj})
-
-    def modify(self, path: str, obj: dict[str, Any]) -> None:
-        self.streams[path].queue.put_nowait({"type": "MODIFIED", "object": obj})
-
-    def delete(self, path: str, obj: dict[str, Any]) -> None:
-        self.streams[path].queue.put_nowait({"type": "DELETED", "object": obj})
-
-    def break_watch(self, path: str, error: BaseException) -> None:
-        self.streams[path].queue.put_nowait(error)
-
-    def watching(self, path: str) -> bool:
-        """A watch of this kind is open (its loop is alive and listening)."""
-        return self.streams[path].open > 0
-
-    def drained(self) -> bool:
-        return all(s.queue.empty() and not s.in_hand for s in self.streams.values())
-
-    def bound_names(self) -> set[str]:
-        return {name for name, _ in self.binds}
 
 
 @dataclass

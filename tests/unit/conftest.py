@@ -1,4 +1,5 @@
-"""Fixtures shared by the unit test modules (builders and fakes live in ``fixtures.py``)."""
+"""Fixtures shared by the unit test modules (builders and worlds in ``fixtures.py``, fakes in
+``fake_apiserver.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,7 @@ import pytest
 from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import CacheEvent
 
-from .fake_kube import KubeWorld, kube_world
-from .fixtures import LEVEL_LABELS, topology_nodes
+from .fixtures import LEVEL_LABELS, KubeWorld, kube_world, topology_nodes
 from .server_stack import Stack, StackFactory, stack_factories
 
 
@@ -44,6 +44,6 @@ async def stack(make_stack: StackFactory) -> Stack:
 
 @pytest.fixture
 async def kube() -> AsyncIterator[KubeWorld]:
-    """A ``KubeClient`` writing to a recording fake apiserver (see ``fake_kube``)."""
+    """A ``KubeClient`` writing to a recording fake apiserver (see ``fake_apiserver``)."""
     async with kube_world() as world:
         yield world

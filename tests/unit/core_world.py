@@ -1,10 +1,11 @@
 """A small simulated cluster for driving the gang core through generated scenarios.
 
-``Apiserver`` holds the objects as the cluster has them and feeds a ``ClusterCache`` the way the
-informers would, with watch events that may lag. ``FakeActions`` binds pods into it and records,
-for every binding, whether the pod's gang had reached its quorum in that batch: a member bound
-below quorum is exactly the failure gang scheduling exists to prevent. ``VirtualClockLoop`` runs it
-all without sleeping.
+``ClusterModel`` holds the objects as the cluster has them and feeds a ``ClusterCache`` the way the
+informers would, with watch events that may lag. It is no apiserver: nothing talks to it over HTTP
+or a client; the one ``FakeActions`` applies Quorum's writes to it, and it records, for every
+binding, whether the pod's gang had reached its quorum in that batch: a member bound below quorum
+is exactly the failure gang scheduling exists to prevent. ``VirtualClockLoop`` runs it all without
+sleeping. Nodes, pods and PodGroups are built by ``payloads``, as in the other unit tests.
 """
 
 from __future__ import annotations
@@ -17,15 +18,13 @@ from typing import Any, TypeVar
 
 from extender.cluster.cache import ClusterCache
 from extender.cluster.conventions import gang_key_of_pod
-from extender.cluster.records import PodRecord, pod_record
+from extender.cluster.records import pod_record
 from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
 from extender.topology.model import fits
 
-from .payloads import merge_annotations
+from .payloads import LEVEL_LABELS, make_node, make_pod, make_podgroup, merge_annotations
 
-BLOCK, RACK, HOST = "topology.quorum.dev/block", "topology.quorum.dev/rack", "kubernetes.io/hostname"
-LEVEL_LABELS = (BLOCK, RACK, HOST)
 GPU = "nvidia.com/gpu"
 NAMESPACE = "ml"
 NODE_NAMES = tuple(f"b{b}-r{r}-n{n}" for b in range(2) for r in range(2) for n in range(2))
@@ -97,31 +96,21 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
 
 
 def node(name: str, gpus: int) -> Obj:
-    block, rack = name.split("-")[0], "-".join(name.split("-")[:2])
-    return {"metadata": {"name": name, "labels": {BLOCK: block, RACK: rack, HOST: name}},
-            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", GPU: str(gpus)}}}
+    """Node ``b<i>-r<j>-n<k>`` in its block and rack, with ``gpus`` GPUs."""
+    return make_node(name, name.split("-")[0], "-".join(name.split("-")[:2]), gpus=gpus)
 
 
 def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None,
         priority: int = 0) -> Obj:
-    spec: Obj = {"schedulerName": "quorum", "containers": [
-        {"name": "main", "resources": {"requests": {"cpu": "1", GPU: str(gpus)}}}]}
-    if priority:
-        spec["priority"] = priority
-    if group:
-        spec["schedulingGroup"] = {"podGroupName": group}
-    return {"metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{name}",
-                         "annotations": dict(annotations or {})},
-            "spec": spec, "status": {"phase": "Pending"}}
+    obj = make_pod(name, f"uid-{name}", namespace=NAMESPACE, group=group, cpu="1", memory="1Gi",
+                   gpus=gpus, annotations=annotations)
+    obj["spec"]["priority"] = priority
+    return obj
 
 
 def podgroup(name: str, min_count: int | None, rack: bool, priority: int = 0) -> Obj:
-    spec: Obj = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
-    if priority:
-        spec["priority"] = priority
-    if rack:
-        spec["schedulingConstraints"] = {"topology": [{"key": "rack"}]}
-    return {"metadata": {"name": name, "namespace": NAMESPACE}, "spec": spec}
+    return make_podgroup(name, min_count or None, namespace=NAMESPACE, topology_key="rack" if rack else None,
+                         priority=priority)
 
 
 def claiming(obj: Obj, gang: str, min_count: int, group: bool) -> Obj:
@@ -152,7 +141,7 @@ class Call:
     returned: int = -1
 
 
-class Apiserver:
+class ClusterModel:
     """The cluster's objects, and the one cache that watches them."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -174,12 +163,9 @@ class Apiserver:
         self.disturbed: set[str] = set()
         self._requests: dict[str, Resources] = {}
         self._seq = 0
-        self.evicted: list[str] = []
         # Gangs of deleted pods: a binding refused because its pod is gone still belongs to the
         # batch Quorum released (Quorum may not have seen the pod, nor its deletion).
         self.former_gangs: dict[str, str | None] = {}
-        self.events: list[tuple[str, str]] = []
-        self.conditions: dict[tuple[str, str], bool] = {}
 
     # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
@@ -296,89 +282,56 @@ class Apiserver:
                 if c.gang == call.gang and (c.returned < 0 or c.returned > call.entered)}
 
 
-class FakeActions:
-    """The apiserver calls of one Quorum process."""
-
-    def __init__(self, api: Apiserver) -> None:
-        self.api = api
-        self.alive = True  # False once the process is gone (a restart)
-        self.requeued: list[str] = []
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        api = self.api
-        gang = api.gang_of(uid)
-        api.tick += 1
+    # ------------------------------------------------------------------ Quorum's writes (see FakeActions)
+    async def bind_call(self, namespace: str, name: str, uid: str, node_name: str,
+                        caller_alive: Callable[[], bool]) -> None:
+        """One binding call: it waits ``api_delay`` (every batch member enters before any returns),
+        then is refused or binds; it is checked against the gang's quorum as Quorum released it."""
+        gang = self.gang_of(uid)
+        self.tick += 1
         # The gang's quorum and running members as they were when Quorum released the batch.
-        call = Call(uid, gang, api.min_count(gang) if gang else 0, api.running(gang) if gang else set(),
-                    api.tick)
-        api.calls.append(call)
-        api.binding[uid] = (gang, node_name)
+        call = Call(uid, gang, self.min_count(gang) if gang else 0, self.running(gang) if gang else set(),
+                    self.tick)
+        self.calls.append(call)
+        self.binding[uid] = (gang, node_name)
         try:
-            await asyncio.sleep(api.api_delay)  # every batch member enters before any returns
-            refusal = api.refusal(uid) if self.alive else "Quorum restarted"
+            await asyncio.sleep(self.api_delay)
+            refusal = self.refusal(uid) if caller_alive() else "Quorum restarted"
             if refusal:
                 raise BindFailed(f"binding {namespace}/{name}: {refusal}")
-            together = call.running | api.batch(call)
+            together = call.running | self.batch(call)
             if len(together) < call.need:
-                api.bound_alone.append(f"{name} to {node_name}: {len(together)}/{call.need} of {gang}")
-            api.bind(uid, node_name)
+                self.bound_alone.append(f"{name} to {node_name}: {len(together)}/{call.need} of {gang}")
+            self.bind(uid, node_name)
         except BaseException:
             if gang:
-                api.disturbed.add(gang)
+                self.disturbed.add(gang)
             raise
         finally:
-            api.binding.pop(uid, None)
-            api.tick += 1
-            call.returned = api.tick
+            self.binding.pop(uid, None)
+            self.tick += 1
+            call.returned = self.tick
 
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
-        self.requeued.extend(p.name for p in pods)
-
-    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
+    def evict(self, uid: str) -> None:
         """The pod goes at once (its owner would recreate it; the scenario creates pods itself)."""
-        if self.alive and uid in self.api.pods:
-            self.api.evicted.append(uid)
-            self.api.drop_pod(uid)
+        if uid in self.pods:
+            self.drop_pod(uid)
 
-    def record_event(self, regarding: Any, type_: str, reason: str, action: str, note: str) -> None:
-        self.api.events.append((regarding.name, reason))
-
-    async def set_gang_conditions(self, home: Any, conditions: list[Any]) -> None:
-        name = home.name
-        for condition in conditions:
-            self.api.conditions[(name, condition.type)] = condition.status
-
-    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
+    def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Bookkeeping on a member, delivered back through the watch (a new resource version)."""
-        obj = next((o for o in self.api.pods.values() if o["metadata"]["name"] == name), None)
-        if not self.alive or obj is None:
+        obj = next((o for o in self.pods.values() if o["metadata"]["name"] == name), None)
+        if obj is None:
             return False
         merge_annotations(obj["metadata"].setdefault("annotations", {}), annotations)
-        if obj["metadata"]["uid"] not in self.api.unseen:
-            self.api.cache.upsert_pod(obj)
+        if obj["metadata"]["uid"] not in self.unseen:
+            self.cache.upsert_pod(obj)
         return True
 
-    async def write_started_configmap(self, namespace: str, name: str, owner: Any,
-                                      data: dict[str, str]) -> bool:
-        return self.alive
-
-    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
-        return self.alive
-
-    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
-                              requests: dict[str, int], count: int, class_name: str) -> bool:
-        return self.alive
-
-    async def delete_scale_up(self, namespace: str, name: str) -> bool:
-        return self.alive
-
-    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
+    def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
         """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
-        name = home.name
-        obj = self.api.podgroups.get(name)
-        if not self.alive or obj is None:
+        obj = self.podgroups.get(name)
+        if obj is None:
             return False
         merge_annotations(obj["metadata"].setdefault("annotations", {}), annotations)
-        self.api.cache.upsert_podgroup(obj)
+        self.cache.upsert_podgroup(obj)
         return True

@@ -1,26 +1,33 @@
-"""The one shared set of builders and fakes for the unit tests.
+"""The one shared set of builders and worlds for the unit tests.
 
-The JSON builders live in ``payloads`` (free of Quorum imports, so black-box tests can run them
-against any version) and are re-exported here; this module adds the fakes and the gang core's world.
+The JSON builders live in ``payloads`` and the fakes (``FakeActions``, ``FakeApiserver``) in
+``fake_apiserver``, both free of Quorum imports so black-box tests can run them against any
+version; they are re-exported here. This module adds the worlds tests start from: the gang core
+with a strict coordinator (``World``), and a ``KubeClient`` writing to the fake apiserver over HTTP
+(``kube_world``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from typing import Any
 
+from aiohttp.test_utils import TestServer
+
+from extender.adapters.events import EventRecorder
+from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.cache import ClusterCache
 from extender.cluster.conventions import declared_by_pod, gang_key_of_pod
 from extender.cluster.records import GangSpec, PodRecord, pod_record
 from extender.config import Config, GangTimings
-from extender.gang.coordinator import BindFailed, Coordinator, FilterDecision
-from extender.gang.core import EvictionFailed
-from extender.gang.effects import GangCondition, ObjectRef
+from extender.gang.coordinator import Coordinator, FilterDecision
 from extender.metrics import Metrics
 
+from .fake_apiserver import FakeActions, FakeApiserver
 from .payloads import (
     BLOCK,
     DATA_DIR,
@@ -37,121 +44,17 @@ from .payloads import (
     make_node,
     make_pod,
     make_podgroup,
-    merge_annotations,
     node_names,
     raw,
     topology_nodes,
 )
 
 __all__ = [
-    "BLOCK", "DATA_DIR", "GANG_POD_UID", "HOST", "LEVEL_LABELS", "RACK", "VICTIM_UID", "FakeActions",
-    "World", "binding_args", "bound", "extender_args", "gang_of", "gang_pod", "load", "make_node",
-    "make_pod", "make_podgroup", "node_names", "raw", "topology_nodes", "typed",
+    "BLOCK", "DATA_DIR", "GANG_POD_UID", "HOST", "LEVEL_LABELS", "RACK", "START", "VICTIM_UID",
+    "FakeActions", "FakeApiserver", "KubeWorld", "World", "binding_args", "bound", "extender_args",
+    "gang_of", "gang_pod", "kube_world", "load", "make_node", "make_pod", "make_podgroup", "node_names",
+    "raw", "recorder", "topology_nodes", "typed",
 ]
-
-
-class FakeActions:
-    """Stands in for the Kubernetes client: records binds, requeue nudges, evictions, Events,
-    PodGroup conditions and annotations.
-
-    ``refuse`` makes the apiserver refuse a pod's binding (BindFailed with that message); ``crash``
-    makes the call fail with an unexpected error; a pod named in ``refuse_eviction`` is not evicted
-    (EvictionFailed, as when a PodDisruptionBudget does not allow it). Binds and evictions do not
-    reach the cache: tests deliver them like a watch would, when they choose to.
-    """
-
-    def __init__(self) -> None:
-        self.binds: list[tuple[str, str, str, str]] = []  # (namespace, name, uid, node)
-        self.requeues: list[tuple[list[str], str]] = []  # (pod names, reason)
-        self.refuse: dict[str, str] = {}  # pod name -> error message
-        self.crash: set[str] = set()
-        self.evictions: list[tuple[str, str, str, str]] = []  # (namespace, name, uid, reason)
-        self.refuse_eviction: set[str] = set()  # pod names
-        # (regarding, type, reason, action, note)
-        self.events: list[tuple[ObjectRef, str, str, str, str]] = []
-        self.conditions: dict[str, list[GangCondition]] = {}  # "namespace/name" -> last applied
-        self.annotations: dict[str, dict[str, str]] = {}  # "namespace/name" -> annotations as merged
-        self.pod_annotations: dict[str, dict[str, str]] = {}  # the same for pods
-        self.configmaps: dict[str, dict[str, Any]] = {}  # gang-started ConfigMaps: "ns/name" -> owner, data
-        self.deleted_configmaps: list[str] = []
-        self.scale_ups: dict[str, dict[str, Any]] = {}  # ProvisioningRequests: "ns/name" -> what was asked
-        self.deleted_scale_ups: list[str] = []
-
-    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        await asyncio.sleep(0)
-        if name in self.refuse:
-            raise BindFailed(self.refuse[name])
-        if name in self.crash:
-            raise ConnectionResetError("connection reset by peer")
-        self.binds.append((namespace, name, uid, node))
-
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
-        self.requeues.append(([p.name for p in pods], reason))
-
-    async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
-        await asyncio.sleep(0)
-        if name in self.refuse_eviction:
-            raise EvictionFailed(f"evicting {namespace}/{name}: a PodDisruptionBudget does not allow it")
-        self.evictions.append((namespace, name, uid, reason))
-
-    def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
-        self.events.append((regarding, type_, reason, action, note))
-
-    async def set_gang_conditions(self, home: Any, conditions: list[GangCondition]) -> None:
-        namespace, name = home.namespace, home.name
-        self.conditions[f"{namespace}/{name}"] = list(conditions)
-
-    async def annotate_pod(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-        merge_annotations(self.pod_annotations.setdefault(f"{namespace}/{name}", {}), annotations)
-        return True
-
-    async def annotate_gang(self, home: Any, annotations: dict[str, str | None]) -> bool:
-        namespace, name = home.namespace, home.name
-        merge_annotations(self.annotations.setdefault(f"{namespace}/{name}", {}), annotations)
-        return True
-
-    async def write_started_configmap(self, namespace: str, name: str, owner: Any,
-                                      data: dict[str, str]) -> bool:
-        self.configmaps[f"{namespace}/{name}"] = {"owner": owner, "data": dict(data)}
-        return True
-
-    async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
-                              requests: dict[str, int], count: int, class_name: str,
-                              together: str = "") -> bool:
-        self.scale_ups[f"{namespace}/{name}"] = {"gang": gang, "selector": dict(node_selector),
-                                                 "requests": dict(requests), "count": count,
-                                                 "together": together}
-        return True
-
-    async def delete_scale_up(self, namespace: str, name: str) -> bool:
-        self.scale_ups.pop(f"{namespace}/{name}", None)
-        self.deleted_scale_ups.append(f"{namespace}/{name}")
-        return True
-
-    async def delete_started_configmap(self, namespace: str, name: str) -> bool:
-        self.configmaps.pop(f"{namespace}/{name}", None)
-        self.deleted_configmaps.append(f"{namespace}/{name}")
-        return True
-
-    @property
-    def evicted(self) -> list[str]:
-        """Every pod name evicted, in order."""
-        return [name for _, name, _, _ in self.evictions]
-
-    def event_reasons(self, name: str) -> list[str]:
-        """The reasons of the Events recorded about objects named ``name``, in order."""
-        return [reason for regarding, _, reason, _, _ in self.events if regarding.name == name]
-
-    @property
-    def bound(self) -> list[tuple[str, str]]:
-        """(pod name, node) of every successful bind, in order."""
-        return [(name, node) for _, name, _, node in self.binds]
-
-    @property
-    def requeued(self) -> list[str]:
-        """Every pod name nudged, in order."""
-        return [name for names, _ in self.requeues for name in names]
 
 
 # --------------------------------------------------------------------------- the gang core's world
@@ -233,3 +136,53 @@ async def schedule(world: World, names: list[str]) -> dict[str, str]:
     for pod_name in names:
         world.bind_in_cache(pod_name, nodes[pod_name])
     return nodes
+
+
+# --------------------------------------------------------------------------- a KubeClient's world
+
+START = 1_795_456_800.0  # 2026-11-23T18:00:00Z
+
+
+class Clock:
+    """Seconds that move only when a test says so."""
+
+    def __init__(self, now: float = START) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class KubeWorld:
+    """A ``KubeClient`` and the fake apiserver it writes to; clocks are injected, so aggregation
+    windows and transition times are exact."""
+
+    api: FakeApiserver
+    client: KubeClient
+    clock: Clock
+    metrics: Metrics
+
+
+@asynccontextmanager
+async def kube_world() -> AsyncIterator[KubeWorld]:
+    """A fake apiserver on a loopback port and a client (with metrics and a fixed clock) using it."""
+    api = FakeApiserver()
+    server = TestServer(api.app())
+    await server.start_server()
+    clock, metrics = Clock(), Metrics()
+    host = str(server.make_url("")).rstrip("/")
+    client = KubeClient(Credentials(host, False, {"Accept": "application/json"}), metrics=metrics,
+                        clock=clock, wall=clock)
+    try:
+        yield KubeWorld(api, client, clock, metrics)
+    finally:
+        await client.close()
+        await server.close()
+
+
+def recorder(c: KubeWorld, **options: Any) -> EventRecorder:
+    """A recorder with non-default limits, writing through the client like its own does."""
+    c.client.events = EventRecorder(c.client.write, clock=c.clock, wall=c.clock, instance="test-host",
+                                    **options)
+    return c.client.events

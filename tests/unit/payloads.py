@@ -125,17 +125,19 @@ def merge_annotations(current: dict[str, str], patch: dict[str, str | None]) -> 
 
 
 def make_podgroup(name: str, min_count: int | None, *, namespace: str = "ml",
-                  topology_key: str | None = None) -> dict[str, Any]:
-    """A scheduling.k8s.io/v1beta1 PodGroup; ``min_count=None`` gives the basic policy."""
+                  topology_key: str | None = None, priority: int | None = None) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1beta1 PodGroup; ``min_count=None`` gives the basic policy. Its required
+    topology is ``topology_key`` (any policy may carry one); ``priority=None`` keeps the recorded one."""
     if min_count is None:
         group: dict[str, Any] = load("podgroup_basic.json")
     else:
         group = load("podgroup_gang.json")
         group["spec"]["schedulingPolicy"]["gang"]["minCount"] = min_count
-        if topology_key is None:
-            group["spec"].pop("schedulingConstraints")
-        else:
-            group["spec"]["schedulingConstraints"]["topology"][0]["key"] = topology_key
+    group["spec"].pop("schedulingConstraints", None)
+    if topology_key is not None:
+        group["spec"]["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    if priority is not None:
+        group["spec"]["priority"] = priority
     group["metadata"].update(name=name, namespace=namespace)
     return group
 

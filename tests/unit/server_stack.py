@@ -16,7 +16,8 @@ from extender.config import Config
 from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
 
-from .fixtures import LEVEL_LABELS, FakeActions, topology_nodes
+from .fake_apiserver import FakeActions
+from .fixtures import LEVEL_LABELS, topology_nodes
 
 
 @dataclass

@@ -5,21 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
-from typing import Any
 
 from extender.config import GangTimings
 from extender.gang.coordinator import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS
 
 from .fixtures import RACK, World, gang_of, gang_pod, make_node, make_podgroup, typed
-
-
-def pod(name: str, gang: str | None = None, min_count: int | None = None, **kw: Any) -> dict[str, Any]:
-    return gang_pod(name, gang, min_count, **kw)
-
-
-def podgroup(name: str, min_count: int | None, topology_key: str | None = None) -> dict[str, Any]:
-    return make_podgroup(name, min_count, topology_key=topology_key)
-
 
 # ---------------------------------------------------------------------------------- quorum gate
 
@@ -37,7 +27,7 @@ async def test_quorum_gate_rejects_every_node_until_min_count_pods_exist() -> No
 async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> None:
     world = World()
     gang_of(world, 3, min_count=4)
-    gated = pod("w3", gang="w", min_count=4)
+    gated = gang_pod("w3", gang="w", min_count=4)
     gated["spec"]["schedulingGates"] = [{"name": "example.com/queue"}]
     world.add(gated)
     reason = world.filter("w0").unresolvable["b0-r0-n0"]
@@ -52,7 +42,7 @@ async def test_gated_members_do_not_count_towards_quorum_nor_get_reserved() -> N
 async def test_member_seen_by_the_scheduler_before_the_watch_counts_itself() -> None:
     world = World()
     gang_of(world, 3, min_count=4)
-    last = pod("w3", gang="w", min_count=4)  # kube-scheduler has it; our watch has not delivered it
+    last = gang_pod("w3", gang="w", min_count=4)  # kube-scheduler has it; our watch has not delivered it
     decision = world.coordinator.filter(*typed(last), world.names)
     assert len(decision.passing) == 1
     assert set(world.coordinator.reservation_of("ml/w")) == {"uid-w0", "uid-w1", "uid-w2", "uid-w3"}
@@ -70,7 +60,7 @@ async def test_no_fit_answered_before_the_watch_saw_capacity_freed_is_retried_on
     # Rack b0-r0 is full; every other rack has 4 of its 16 GPUs free: a 16-GPU gang fits nowhere.
     for i, name in enumerate(world.names):
         used = 8 if name.startswith("b0-r0") or name.endswith("n0") else 4
-        world.add(pod(f"busy{i}", gpus=used, node_name=name))
+        world.add(gang_pod(f"busy{i}", gpus=used, node_name=name))
     gang_of(world, 4, min_count=4, gpus=4, required="rack")
     assert world.filter("w0").passing == []
     assert world.filter("w1").passing == []  # answered from the cached no-fit
@@ -89,7 +79,7 @@ async def test_no_fit_answered_before_the_watch_saw_capacity_freed_is_retried_on
 
 async def test_unknown_required_level_is_reported_and_not_retried_on_every_change() -> None:
     world = World()
-    world.add(pod("busy", gpus=8, node_name="b0-r0-n0"))
+    world.add(gang_pod("busy", gpus=8, node_name="b0-r0-n0"))
     gang_of(world, 2, min_count=2, required="row")
     reason = world.filter("w0").unresolvable["b0-r0-n1"]
     assert reason == "gang ml/w: required topology 'row' is not a configured level (block, rack, host)"
@@ -102,7 +92,7 @@ async def test_rejections_older_than_the_window_are_left_to_the_scheduler() -> N
     now = [1000.0]
     world = World(clock=lambda: now[0])
     for i, name in enumerate(world.names):
-        world.add(pod(f"busy{i}", gpus=8, node_name=name))
+        world.add(gang_pod(f"busy{i}", gpus=8, node_name=name))
     gang_of(world, 2, min_count=2, gpus=4)
     assert world.filter("w0").passing == []
     now[0] += STALE_ANSWER_WINDOW_SECONDS + 1
@@ -117,7 +107,7 @@ async def test_gang_rejected_for_missing_members_is_retried_when_the_last_one_ar
     assert world.filter("w0").passing == []
     await settle()
     assert world.actions.requeued == []
-    world.add(pod("w3", gang="w", min_count=4))
+    world.add(gang_pod("w3", gang="w", min_count=4))
     await settle()
     assert world.actions.requeued == ["w0"]
     assert world.sample("quorum_gang_rechecks_total") == 1
@@ -133,7 +123,7 @@ async def test_gang_rejections_are_unresolvable_so_they_never_trigger_preemption
 
 async def test_pod_group_without_object_waits_for_it() -> None:
     world = World()
-    world.add(pod("p0", podgroup="trainer"))
+    world.add(gang_pod("p0", podgroup="trainer"))
     decision = world.filter("p0")
     assert decision.passing == []
     assert "waiting for its PodGroup" in decision.unresolvable["b0-r0-n0"]
@@ -141,7 +131,7 @@ async def test_pod_group_without_object_waits_for_it() -> None:
 
 async def test_invalid_min_count_annotation_is_reported_not_guessed() -> None:
     world = World()
-    obj = pod("w0", gang="w", min_count=None)
+    obj = gang_pod("w0", gang="w", min_count=None)
     obj["metadata"]["annotations"]["quorum.dev/min-count"] = "eight"
     world.add(obj)
     decision = world.filter("w0")
@@ -216,9 +206,9 @@ async def test_after_a_restart_every_pending_member_may_be_parked_and_is_nudged(
 
 async def test_podgroup_min_count_and_topology_come_from_the_native_object() -> None:
     world = World()
-    world.cache.upsert_podgroup(podgroup("trainer", 3, topology_key=RACK))
+    world.cache.upsert_podgroup(make_podgroup("trainer", 3, topology_key=RACK))
     for i in range(3):
-        world.add(pod(f"t{i}", podgroup="trainer", gpus=2))
+        world.add(gang_pod(f"t{i}", podgroup="trainer", gpus=2))
     decision = world.filter("t0")
     assert len(decision.passing) == 1
     reservation = world.coordinator.reservation_of("ml/trainer")
@@ -281,9 +271,9 @@ async def test_placement_uses_only_the_nodes_kube_scheduler_passed() -> None:
 
 async def test_required_level_with_members_already_bound_stays_in_their_domain() -> None:
     world = World()
-    world.add(pod("w0", gang="w", min_count=3, gpus=1, required="rack", node_name="b1-r0-n1"))
-    world.add(pod("w1", gang="w", min_count=3, gpus=1, required="rack"))
-    world.add(pod("w2", gang="w", min_count=3, gpus=1, required="rack"))
+    world.add(gang_pod("w0", gang="w", min_count=3, gpus=1, required="rack", node_name="b1-r0-n1"))
+    world.add(gang_pod("w1", gang="w", min_count=3, gpus=1, required="rack"))
+    world.add(gang_pod("w2", gang="w", min_count=3, gpus=1, required="rack"))
     world.filter("w1")
     reservation = world.coordinator.reservation_of("ml/w")
     assert {world.rack_of(n) for n in reservation.values()} == {"b1-r0"}
@@ -297,7 +287,7 @@ async def test_plain_pods_and_other_gangs_are_kept_off_reserved_capacity() -> No
     gang_of(world, 2, min_count=2, gpus=8, required="rack")
     world.filter("w0")
     reserved_nodes = set(world.coordinator.reservation_of("ml/w").values())
-    world.add(pod("plain", gpus=1))
+    world.add(gang_pod("plain", gpus=1))
     decision = world.filter("plain")
     assert set(decision.unresolvable) == reserved_nodes
     assert decision.unresolvable[next(iter(reserved_nodes))] == "capacity reserved for gang ml/w"
@@ -313,8 +303,8 @@ async def test_plain_pod_that_fits_beside_a_partial_reservation_passes() -> None
     gang_of(world, 1, min_count=1, gpus=4)
     world.filter("w0")
     reserved = next(iter(world.coordinator.reservation_of("ml/w").values()))
-    world.add(pod("small", gpus=4))
-    world.add(pod("large", gpus=5))
+    world.add(gang_pod("small", gpus=4))
+    world.add(gang_pod("large", gpus=5))
     assert reserved in world.filter("small").passing
     assert reserved in world.filter("large").unresolvable
 
@@ -359,7 +349,7 @@ async def test_reserved_members_beyond_quorum_release_their_reservation_at_quoru
 
 async def test_bind_is_idempotent_for_a_pod_already_bound_to_that_node() -> None:
     world = World()
-    world.add(pod("p", node_name="b0-r0-n0"))
+    world.add(gang_pod("p", node_name="b0-r0-n0"))
     assert await world.bind("p", "b0-r0-n0") == ""
     assert world.actions.bound == []
     assert "already bound to b0-r0-n0" in await world.bind("p", "b0-r0-n1")
@@ -367,7 +357,7 @@ async def test_bind_is_idempotent_for_a_pod_already_bound_to_that_node() -> None
 
 async def test_plain_pod_binds_immediately() -> None:
     world = World()
-    world.add(pod("p"))
+    world.add(gang_pod("p"))
     assert await world.bind("p", "b0-r0-n0") == ""
     assert world.actions.bound == [("p", "b0-r0-n0")]
     # Until the watch shows the binding, the pod's requests count as used and /debug shows it.
@@ -378,7 +368,7 @@ async def test_plain_pod_binds_immediately() -> None:
 
 async def test_failed_bind_is_reported_to_the_scheduler() -> None:
     world = World()
-    world.add(pod("p"))
+    world.add(gang_pod("p"))
     world.actions.refuse["p"] = "binding ml/p refused"
     assert "refused" in await world.bind("p", "b0-r0-n0")
     assert world.sample("quorum_binds_total", outcome="error") == 1
@@ -387,7 +377,7 @@ async def test_failed_bind_is_reported_to_the_scheduler() -> None:
 
 async def test_unexpected_bind_error_is_reported_and_leaves_no_capacity_counted() -> None:
     world = World()
-    world.add(pod("p", gpus=8))
+    world.add(gang_pod("p", gpus=8))
     world.actions.crash.add("p")
     assert await world.bind("p", "b0-r0-n0") == "connection reset by peer"
     assert world.coordinator.inflight_snapshot() == {}
@@ -396,8 +386,8 @@ async def test_unexpected_bind_error_is_reported_and_leaves_no_capacity_counted(
 
 async def test_bound_members_count_towards_quorum() -> None:
     world = World()
-    world.add(pod("w0", gang="w", min_count=2, gpus=1, node_name="b0-r0-n0"))
-    world.add(pod("w1", gang="w", min_count=2, gpus=1))
+    world.add(gang_pod("w0", gang="w", min_count=2, gpus=1, node_name="b0-r0-n0"))
+    world.add(gang_pod("w1", gang="w", min_count=2, gpus=1))
     decision = world.filter("w1")
     assert len(decision.passing) == 1
     assert await world.bind("w1", decision.passing[0]) == ""

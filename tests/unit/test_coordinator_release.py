@@ -10,8 +10,8 @@ import pytest
 from extender.adapters.wire import ScoreEncoder
 from extender.config import GangTimings
 
-from .fixtures import World, gang_of, typed
-from .test_coordinator import pod, podgroup
+from .fixtures import World, gang_of, make_podgroup, typed
+from .fixtures import gang_pod as pod
 
 # ---------------------------------------------------------------------------------- release
 
@@ -45,7 +45,7 @@ async def test_deleting_a_reserved_node_releases_the_gang() -> None:
 
 async def test_deleting_the_podgroup_releases_and_forgets_the_gang() -> None:
     world = World()
-    group = podgroup("trainer", 2)
+    group = make_podgroup("trainer", 2)
     world.cache.upsert_podgroup(group)
     for i in range(2):
         world.add(pod(f"t{i}", podgroup="trainer"))
@@ -120,7 +120,7 @@ async def test_members_beyond_min_count_schedule_normally_once_quorum_is_bound()
 
 async def test_basic_policy_pod_group_is_not_gated() -> None:
     world = World()
-    world.cache.upsert_podgroup(podgroup("svc", None))
+    world.cache.upsert_podgroup(make_podgroup("svc", None))
     world.add(pod("s0", podgroup="svc"))
     assert world.filter("s0").passing == world.names
 

@@ -16,7 +16,6 @@ from extender.topology.placement import NoFit
 
 from .fixtures import World, gang_of, gang_pod, make_node, make_pod, make_podgroup, typed
 from .fixtures import gang_pod as pod
-from .test_coordinator import podgroup
 
 
 async def test_a_pod_is_never_reserved_by_two_gangs_when_the_request_names_another_gang() -> None:
@@ -103,7 +102,7 @@ async def test_pods_rejected_before_their_podgroup_existed_are_woken_when_it_app
         world.add(pod(f"s{i}", podgroup="svc"))
     assert "waiting for its PodGroup" in world.filter("s0").unresolvable["b0-r0-n0"]
     world.add(pod("s2", podgroup="svc"))  # not tried yet: kube-scheduler has it queued, not parked
-    world.cache.upsert_podgroup(podgroup("svc", policy))
+    world.cache.upsert_podgroup(make_podgroup("svc", policy))
     await asyncio.sleep(0.01)
     assert world.actions.requeued == ["s0"]
     # The reason shown for the gang no longer says it waits for its PodGroup.

@@ -35,8 +35,7 @@ from .core_world import (
     LEVEL_LABELS,
     NAMESPACE,
     NODE_NAMES,
-    Apiserver,
-    FakeActions,
+    ClusterModel,
     Obj,
     VirtualClockLoop,
     bound_node,
@@ -44,6 +43,7 @@ from .core_world import (
     node,
     podgroup,
 )
+from .fake_apiserver import FakeActions
 
 TIMEOUT = 0.05
 CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backoff_base_seconds=0.02,
@@ -66,8 +66,8 @@ class CoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = VirtualClockLoop()
-        self.api = Apiserver(self.loop)
-        self.actions = FakeActions(self.api)
+        self.model = ClusterModel(self.loop)
+        self.actions = FakeActions(self.model)
         self.coordinator = self._start()
         self.answers: dict[str, str] = {}  # uid -> node its last filter passed (the scheduler assumes it)
         self.binds: dict[str, asyncio.Task[str]] = {}  # kube-scheduler's bind calls
@@ -75,15 +75,15 @@ class CoreMachine(RuleBasedStateMachine):
 
     def _start(self) -> Coordinator:
         """A Quorum process: a fresh cache listed from the cluster, a coordinator on top."""
-        cache = self.api.cache = ClusterCache(LEVEL_LABELS)
-        self.api.unseen.clear()
-        self.actions = FakeActions(self.api)
+        cache = self.model.cache = ClusterCache(LEVEL_LABELS)
+        self.model.unseen.clear()
+        self.actions = FakeActions(self.model)
         coordinator = Coordinator(CONFIG, cache, self.actions, Metrics(), clock=self.loop.time, strict=True)
 
         def fill() -> None:
-            cache.replace_nodes(list(self.api.nodes.values()))
-            cache.replace_podgroups(list(self.api.podgroups.values()))
-            cache.replace_pods(list(self.api.pods.values()))
+            cache.replace_nodes(list(self.model.nodes.values()))
+            cache.replace_podgroups(list(self.model.podgroups.values()))
+            cache.replace_pods(list(self.model.pods.values()))
         self.loop.run(fill)
         return coordinator
 
@@ -98,19 +98,20 @@ class CoreMachine(RuleBasedStateMachine):
     def pending(self) -> list[str]:
         """Pods kube-scheduler would filter: not bound, not finished, no bind call of theirs open."""
         busy = self.open_binds()
-        return sorted(u for u, o in self.api.pods.items() if not o["spec"].get("nodeName")
+        return sorted(u for u, o in self.model.pods.items() if not o["spec"].get("nodeName")
                       and o["status"]["phase"] == "Pending" and u not in busy)
 
     def answered(self) -> list[str]:
         return [u for u in self.pending() if u in self.answers]
 
     def reserved_answered(self) -> list[str]:
-        return [u for u in self.answered() if u in self.coordinator.reservation_of(self.api.gang_of(u) or "")]
+        return [u for u in self.answered()
+                if u in self.coordinator.reservation_of(self.model.gang_of(u) or "")]
 
     def candidates(self, obj: Obj) -> list[str]:
-        assumed = {u: n for u, n in self.answers.items() if u in self.api.pods}
+        assumed = {u: n for u, n in self.answers.items() if u in self.model.pods}
         assumed.update({u: self.bind_node[u] for u in self.open_binds()})
-        return self.api.fitting_nodes(obj, assumed)
+        return self.model.fitting_nodes(obj, assumed)
 
     # ------------------------------------------------------------------ the cluster changes
     @initialize(gpus=st.lists(st.sampled_from([8, 8, 4, 0]), min_size=len(NODE_NAMES),
@@ -131,45 +132,45 @@ class CoreMachine(RuleBasedStateMachine):
         bound to it: capacity lost under running pods is no scheduler's doing."""
         if gpus is None:
             # Members bound there are lost with it (Quorum removes them): their gangs are cut short.
-            self.api.disturbed |= {g for u, o in self.api.pods.items()
-                                   if bound_node(o) == name and (g := self.api.gang_of(u))}
-            self.api.nodes.pop(name, None)
-            self.loop.run(lambda: self.api.cache.delete_node(name))
+            self.model.disturbed |= {g for u, o in self.model.pods.items()
+                                   if bound_node(o) == name and (g := self.model.gang_of(u))}
+            self.model.nodes.pop(name, None)
+            self.loop.run(lambda: self.model.cache.delete_node(name))
             return
-        obj = self.api.nodes[name] = node(name, max(gpus, self.api.gpus_held(name)))
-        self.loop.run(lambda: self.api.cache.upsert_node(obj))
+        obj = self.model.nodes[name] = node(name, max(gpus, self.model.gpus_held(name)))
+        self.loop.run(lambda: self.model.cache.upsert_node(obj))
 
     @rule(gang=GANG, gpus=GPUS, min_count=st.integers(1, 4), rack=st.booleans(),
           count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]), priority=PRIORITY)
     def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool,
                      priority: int = 0) -> None:
         """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
-        if gang in GROUPS and gang not in self.api.podgroups and count != "one":
+        if gang in GROUPS and gang not in self.model.podgroups and count != "one":
             self.podgroup_changes(gang, min_count, rack, priority)
         extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
         for _ in range(max(1, min_count + extra)):
-            obj = self.api.new_pod(gang, gpus, min_count, rack, GROUPS, priority)
-            self.loop.run(partial(self.api.create_pod, obj))
+            obj = self.model.new_pod(gang, gpus, min_count, rack, GROUPS, priority)
+            self.loop.run(partial(self.model.create_pod, obj))
 
     def _pod_goes(self, uid: str, finish: bool) -> None:
-        obj = self.api.pods[uid]
-        gang = self.api.gang_of(uid)
+        obj = self.model.pods[uid]
+        gang = self.model.gang_of(uid)
         if gang and bound_node(obj):
-            self.api.disturbed.add(gang)
+            self.model.disturbed.add(gang)
         if finish and bound_node(obj):
             obj["status"]["phase"] = "Succeeded"
-            self.loop.run(lambda: self.api.put_pod(obj))
+            self.loop.run(lambda: self.model.put_pod(obj))
         else:
-            self.loop.run(lambda: self.api.drop_pod(uid))
+            self.loop.run(lambda: self.model.drop_pod(uid))
 
-    @precondition(lambda self: self.api.pods)
+    @precondition(lambda self: self.model.pods)
     @rule(data=st.data(), finish=st.booleans())
     def pod_goes(self, data: st.DataObject, finish: bool) -> None:
         """A pod is deleted, or (if bound) runs to completion."""
-        self._pod_goes(data.draw(st.sampled_from(sorted(self.api.pods))), finish)
+        self._pod_goes(data.draw(st.sampled_from(sorted(self.model.pods))), finish)
 
     def _running(self) -> list[str]:
-        return sorted(u for u, o in self.api.pods.items()
+        return sorted(u for u, o in self.model.pods.items()
                       if bound_node(o) and o["status"]["phase"] == "Running")
 
     @precondition(lambda self: self._running())
@@ -177,29 +178,29 @@ class CoreMachine(RuleBasedStateMachine):
     def member_health(self, data: st.DataObject, outcome: str) -> None:
         """A running pod turns Ready, loses readiness, or fails (a failure disturbs its gang)."""
         uid = data.draw(st.sampled_from(self._running()))
-        obj = self.api.pods[uid]
+        obj = self.model.pods[uid]
         if outcome == "failed":
-            gang = self.api.gang_of(uid)
+            gang = self.model.gang_of(uid)
             if gang:
-                self.api.disturbed.add(gang)
+                self.model.disturbed.add(gang)
             obj["status"]["phase"] = "Failed"
         obj["status"]["conditions"] = [{"type": "Ready", "status": "True" if outcome == "ready" else "False"}]
-        self.loop.run(lambda: self.api.put_pod(obj))
+        self.loop.run(lambda: self.model.put_pod(obj))
 
     @precondition(lambda self: self.pending())
     @rule(data=st.data())
     def bound_elsewhere(self, data: st.DataObject) -> None:
         """Another scheduler (or a user setting nodeName) binds a pod where it fits."""
         uid = data.draw(st.sampled_from(self.pending()))
-        obj = self.api.pods[uid]
+        obj = self.model.pods[uid]
         nodes = self.candidates(obj)
         if nodes:
-            gang = self.api.gang_of(uid)
+            gang = self.model.gang_of(uid)
             if gang:
-                self.api.disturbed.add(gang)
+                self.model.disturbed.add(gang)
             obj["spec"]["nodeName"] = data.draw(st.sampled_from(nodes))
             obj["status"]["phase"] = "Running"
-            self.loop.run(lambda: self.api.put_pod(obj))
+            self.loop.run(lambda: self.model.put_pod(obj))
 
     @rule(group=st.sampled_from(GROUPS), min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
           rack=st.booleans(), priority=PRIORITY)
@@ -207,21 +208,21 @@ class CoreMachine(RuleBasedStateMachine):
                          priority: int = 0) -> None:
         """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted."""
         if min_count == "gone":
-            obj = self.api.podgroups.pop(group, podgroup(group, None, False))
-            self.loop.run(lambda: self.api.cache.delete_podgroup(obj))
+            obj = self.model.podgroups.pop(group, podgroup(group, None, False))
+            self.loop.run(lambda: self.model.cache.delete_podgroup(obj))
             return
         key = f"{NAMESPACE}/{group}"
-        running = self.api.running(key) | {u for u, (g, _) in self.api.binding.items() if g == key}
+        running = self.model.running(key) | {u for u, (g, _) in self.model.binding.items() if g == key}
         if isinstance(min_count, int) and 0 < len(running) < min_count:
-            self.api.disturbed.add(key)  # minCount raised over members already running
+            self.model.disturbed.add(key)  # minCount raised over members already running
         obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
-        self.api.podgroups[group] = obj
-        self.loop.run(lambda: self.api.cache.upsert_podgroup(obj))
+        self.model.podgroups[group] = obj
+        self.loop.run(lambda: self.model.cache.upsert_podgroup(obj))
 
     # ------------------------------------------------------------------ extender calls
     def _filter(self, obj: Obj, data: st.DataObject, subset: bool = True) -> None:
         uid = obj["metadata"]["uid"]
-        candidates = self.candidates(self.api.pods[uid])
+        candidates = self.candidates(self.model.pods[uid])
         if subset and candidates and data.draw(st.booleans(), label="subset"):
             candidates = data.draw(st.lists(st.sampled_from(candidates), unique=True), label="candidates")
         record, declared = pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
@@ -231,7 +232,7 @@ class CoreMachine(RuleBasedStateMachine):
         if claim is not None and claim is self.coordinator.queue.claim and self._ranks_below(obj, claim):
             assert not set(decision.passing) & claim.nodes, \
                 f"{obj['metadata']['name']} was offered capacity earmarked for {claim.gang}"
-        reserved = self.coordinator.reservation_of(self.api.gang_of(uid) or "").get(uid)
+        reserved = self.coordinator.reservation_of(self.model.gang_of(uid) or "").get(uid)
         if reserved is not None:
             assert decision.passing == [reserved], "a reserved member is answered its reserved node"
         self.answers.pop(uid, None)
@@ -259,8 +260,8 @@ class CoreMachine(RuleBasedStateMachine):
         """One filter call (perhaps for a pod the watch has not delivered yet); the request may name
         another gang than the cache has for the uid (the cache must win, and the pod must never be
         reserved by two gangs)."""
-        obj = self.api.pods[data.draw(st.sampled_from(self.pending()))]
-        if claimed is not None and obj["metadata"]["uid"] not in self.api.unseen:
+        obj = self.model.pods[data.draw(st.sampled_from(self.pending()))]
+        if claimed is not None and obj["metadata"]["uid"] not in self.model.unseen:
             obj = claiming(obj, claimed, min_count, group=claimed in GROUPS)
         self._filter(obj, data)
 
@@ -269,8 +270,8 @@ class CoreMachine(RuleBasedStateMachine):
     def scheduling_round(self, data: st.DataObject) -> None:
         """kube-scheduler works through its queue: filter each pending pod, mostly bind it at once."""
         for uid in self.pending():
-            if uid in self.api.pods and uid not in self.open_binds():
-                self._filter(self.api.pods[uid], data, subset=False)
+            if uid in self.model.pods and uid not in self.open_binds():
+                self._filter(self.model.pods[uid], data, subset=False)
                 if uid in self.answers and data.draw(st.sampled_from([True, True, False]), label="bind"):
                     self._bind(uid, self.answers.pop(uid))
 
@@ -283,10 +284,10 @@ class CoreMachine(RuleBasedStateMachine):
         chosen = data.draw(st.lists(st.sampled_from(self._running()), unique=True, min_size=1, max_size=4))
         proposed: dict[str, dict[str, Any]] = {}
         for victim in chosen:
-            where = bound_node(self.api.pods[victim])
+            where = bound_node(self.model.pods[victim])
             entry = proposed.setdefault(where, {"Pods": [], "NumPDBViolations": 0})
             entry["Pods"].append({"UID": victim})
-        obj = self.api.pods[uid]
+        obj = self.model.pods[uid]
         record = pod_record(obj, gang_key_of_pod(obj))
         kept = self.loop.run(lambda: self.coordinator.preempt(record, proposed))
         for node_name, entry in kept.items():
@@ -295,11 +296,11 @@ class CoreMachine(RuleBasedStateMachine):
         if kept:  # it picks one of the nodes offered and evicts that node's victims
             chosen_node = data.draw(st.sampled_from(sorted(kept)), label="node")
             for victim in kept[chosen_node]["Pods"]:
-                if victim["UID"] in self.api.pods:
-                    self.loop.run(partial(self.api.drop_pod, victim["UID"]))
+                if victim["UID"] in self.model.pods:
+                    self.loop.run(partial(self.model.drop_pod, victim["UID"]))
 
     def _bind(self, uid: str, node_name: str) -> asyncio.Task[str]:
-        name, coordinator = self.api.pods[uid]["metadata"]["name"], self.coordinator
+        name, coordinator = self.model.pods[uid]["metadata"]["name"], self.coordinator
         task = self.loop.create_task(coordinator.bind(NAMESPACE, name, uid, node_name))
         self.binds[uid], self.bind_node[uid] = task, node_name
         self.loop.run(lambda: None)
@@ -315,7 +316,7 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def bind_on_wrong_node(self, data: st.DataObject) -> None:
         uid = data.draw(st.sampled_from(self.reserved_answered()))
-        reserved = self.coordinator.reservation_of(self.api.gang_of(uid) or "")[uid]
+        reserved = self.coordinator.reservation_of(self.model.gang_of(uid) or "")[uid]
         task = self._bind(uid, data.draw(st.sampled_from([n for n in NODE_NAMES if n != reserved])))
         assert task.done() and task.result() != "", "a bind on another node than reserved is refused"
 
@@ -323,33 +324,33 @@ class CoreMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def refuse_next_binding(self, data: st.DataObject) -> None:
         """The apiserver will refuse this pod's next binding (admission, a conflict)."""
-        self.api.refuse.add(data.draw(st.sampled_from(self.pending())))
+        self.model.refuse.add(data.draw(st.sampled_from(self.pending())))
 
     @precondition(lambda self: self.reserved_answered())
     @rule(data=st.data(), how=st.sampled_from(["member", "node", "timeout", "podgroup"]))
     def release_then_bind(self, data: st.DataObject, how: str) -> None:
         """The reservation goes between filter and bind: the member must not be bound below quorum."""
         uid = data.draw(st.sampled_from(self.reserved_answered()))
-        gang = self.api.gang_of(uid) or ""
+        gang = self.model.gang_of(uid) or ""
         group = gang.split("/")[1]
         reservation = self.coordinator.reservation_of(gang)
-        others = sorted(u for u in reservation if u != uid and u in self.api.pods)
+        others = sorted(u for u in reservation if u != uid and u in self.model.pods)
         if how == "member" and others:
             self._pod_goes(data.draw(st.sampled_from(others)), finish=False)
         elif how == "node":
             self.node_changes(data.draw(st.sampled_from(sorted(set(reservation.values())))), None)
-        elif how == "podgroup" and group in self.api.podgroups:
+        elif how == "podgroup" and group in self.model.podgroups:
             self.podgroup_changes(group, "gone", False)
         else:
             self.loop.advance(TIMEOUT * 1.5)
         released = uid not in self.coordinator.reservation_of(gang)
-        need = self.api.min_count(gang)
-        short = len(self.api.running(gang)) < need or (need == 0 and group in GROUPS
-                                                       and group not in self.api.podgroups)
+        need = self.model.min_count(gang)
+        short = len(self.model.running(gang)) < need or (need == 0 and group in GROUPS
+                                                       and group not in self.model.podgroups)
         task = self._bind(uid, self.answers.pop(uid))
         if released and short:
             assert task.done() and task.result() != "", "a released member below quorum is refused"
-            assert not self.api.pods[uid]["spec"].get("nodeName")
+            assert not self.model.pods[uid]["spec"].get("nodeName")
 
     @precondition(lambda self: self.open_binds())
     @rule(data=st.data())
@@ -367,11 +368,11 @@ class CoreMachine(RuleBasedStateMachine):
           catch_up=st.booleans())
     def apiserver_behaves(self, watch: str, delay: float, catch_up: bool) -> None:
         """When bindings reach the cache, how long a binding call takes; maybe the watch catches up."""
-        self.api.watch, self.api.api_delay = watch, delay
+        self.model.watch, self.model.api_delay = watch, delay
         if catch_up:
-            self.loop.run(self.api.deliver_all)
+            self.loop.run(self.model.deliver_all)
 
-    @precondition(lambda self: self.coordinator.reserved_nodes() or self.open_binds() or self.api.binding)
+    @precondition(lambda self: self.coordinator.reserved_nodes() or self.open_binds() or self.model.binding)
     @rule()
     def restart(self) -> None:
         """Quorum restarts with gangs under way: its calls die; a new process lists the cluster.
@@ -401,29 +402,29 @@ class CoreMachine(RuleBasedStateMachine):
     def requeued_gangs_run_nothing(self) -> None:
         """A gang Quorum evicted is evicted whole: none of its members is left running."""
         for gang in self.coordinator.gangs():
-            if self.coordinator.phase_of(gang) == "Deactivated" and gang not in self.api.disturbed:
-                assert not self.api.running(gang), f"{gang}: deactivated but running"
+            if self.coordinator.phase_of(gang) == "Deactivated" and gang not in self.model.disturbed:
+                assert not self.model.running(gang), f"{gang}: deactivated but running"
 
     @invariant()
     def no_member_bound_below_quorum(self) -> None:
-        assert self.api.bound_alone == []
+        assert self.model.bound_alone == []
 
     @invariant()
     def settled_gangs_are_whole(self) -> None:
         """Once no binding is under way, a gang runs with none or at least minCount members.
 
-        Gangs in ``Apiserver.disturbed`` are exempt: the scenario itself cut them short (a refused
+        Gangs in ``ClusterModel.disturbed`` are exempt: the scenario itself cut them short (a refused
         or interrupted binding, a bound member finished, deleted or bound by someone else, minCount
         raised over running members). The exemption ends when none of their members runs.
         """
-        if self.open_binds() or self.api.binding:
+        if self.open_binds() or self.model.binding:
             return
-        for gang in sorted(self.api.gangs()):
-            running = len(self.api.running(gang))
+        for gang in sorted(self.model.gangs()):
+            running = len(self.model.running(gang))
             if running == 0:
-                self.api.disturbed.discard(gang)
-            elif gang not in self.api.disturbed:
-                assert running >= self.api.min_count(gang), f"{gang}: {running} running"
+                self.model.disturbed.discard(gang)
+            elif gang not in self.model.disturbed:
+                assert running >= self.model.min_count(gang), f"{gang}: {running} running"
 
 
 CoreMachine.TestCase.settings = settings(

@@ -21,7 +21,7 @@ from hypothesis.stateful import invariant, rule
 
 from extender.cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
 
-from .core_world import NAMESPACE, NODE_NAMES, Apiserver, Obj, bound_node
+from .core_world import NAMESPACE, NODE_NAMES, ClusterModel, Obj, bound_node
 from .dra_objects import DRIVER, claim, device_class, exactly, resource_slice, template
 from .test_core_stateful import CoreMachine
 
@@ -34,7 +34,7 @@ def devices_of(obj: Obj) -> int:
     return int(obj["metadata"].get("annotations", {}).get(COUNT, "0"))
 
 
-class DeviceApiserver(Apiserver):
+class DeviceClusterModel(ClusterModel):
     """The cluster with GPUs as devices: slices per node, one claim per pod, kube-scheduler's view."""
 
     def __init__(self, loop: Any) -> None:
@@ -152,64 +152,64 @@ class DeviceApiserver(Apiserver):
 class DeviceMachine(CoreMachine):
     """CoreMachine with DRA devices instead of extended GPUs."""
 
-    api: DeviceApiserver
+    model: DeviceClusterModel
 
     def __init__(self) -> None:
         self._devices_ready = False
         super().__init__()
 
     def _start(self) -> Any:
-        if not isinstance(getattr(self, "api", None), DeviceApiserver):
-            self.api = DeviceApiserver(self.loop)
+        if not isinstance(getattr(self, "model", None), DeviceClusterModel):
+            self.model = DeviceClusterModel(self.loop)
         coordinator = super()._start()
-        self.loop.run(self.api.fill_devices)
+        self.loop.run(self.model.fill_devices)
         return coordinator
 
     @rule(name=st.sampled_from(NODE_NAMES), gpus=st.none() | st.integers(0, 8))
     def node_changes(self, name: str, gpus: int | None) -> None:
         super().node_changes(name, gpus)
-        held = max(self.api.allocated_on(name), default=-1) + 1  # a driver keeps allocated devices
-        self.loop.run(lambda: self.api.put_slice(name, None if gpus is None else max(gpus, held)))
+        held = max(self.model.allocated_on(name), default=-1) + 1  # a driver keeps allocated devices
+        self.loop.run(lambda: self.model.put_slice(name, None if gpus is None else max(gpus, held)))
 
     @rule(matching=st.booleans())
     def class_changes(self, matching: bool) -> None:
-        self.api.matching = matching
-        self.loop.run(lambda: self.api.feed().upsert(SOURCES["deviceclasses"], self.api.device_class()))
+        self.model.matching = matching
+        self.loop.run(lambda: self.model.feed().upsert(SOURCES["deviceclasses"], self.model.device_class()))
 
     def _bind(self, uid: str, node_name: str) -> Any:
         """PreBind allocates the claim before kube-scheduler asks Quorum to bind."""
-        if self.api.claim_node(uid) != node_name and node_name in self.api.fitting_nodes(
-                self.api.pods[uid], {u: n for u, n in self.answers.items() if u != uid}):
-            self.loop.run(lambda: self.api.put_claim(uid, node_name))
+        if self.model.claim_node(uid) != node_name and node_name in self.model.fitting_nodes(
+                self.model.pods[uid], {u: n for u, n in self.answers.items() if u != uid}):
+            self.loop.run(lambda: self.model.put_claim(uid, node_name))
         return super()._bind(uid, node_name)
 
     def _filter(self, obj: Obj, data: st.DataObject, subset: bool = True) -> None:
         super()._filter(obj, data, subset)
         uid = obj["metadata"]["uid"]
-        if uid not in self.answers and self.api.claim_node(uid) and uid in self.api.pods:
-            self.loop.run(lambda: self.api.put_claim(uid))  # PostFilter: the allocation is freed
+        if uid not in self.answers and self.model.claim_node(uid) and uid in self.model.pods:
+            self.loop.run(lambda: self.model.put_claim(uid))  # PostFilter: the allocation is freed
 
     @invariant()
     def free_devices_add_up(self) -> None:
-        cache = self.api.cache
-        for name, devices in sorted(self.api.slices.items()):
+        cache = self.model.cache
+        for name, devices in sorted(self.model.slices.items()):
             record = cache.nodes.get(name)
             if record is None:
                 continue
             held = 0
-            for uid, made in self.api.claims.items():
+            for uid, made in self.model.claims.items():
                 pod = cache.pods.get(uid)
                 if made["metadata"]["annotations"]["node"] == name and (pod is None or not pod.pending):
-                    held += devices_of(self.api.pods[uid]) if uid in self.api.pods else 0
-            expected = devices - held if self.api.matching else 0
+                    held += devices_of(self.model.pods[uid]) if uid in self.model.pods else 0
+            expected = devices - held if self.model.matching else 0
             counted = cache.free_on(record)[0].get(KIND, 0)
             assert counted == expected, f"{name}: Quorum counts {counted} free devices, expected {expected}"
 
     @invariant()
     def bound_pods_hold_allocated_claims(self) -> None:
-        for uid, obj in self.api.pods.items():
+        for uid, obj in self.model.pods.items():
             if bound_node(obj):
-                assert self.api.claim_node(uid) == bound_node(obj), f"{uid} bound without its devices"
+                assert self.model.claim_node(uid) == bound_node(obj), f"{uid} bound without its devices"
 
 
 DeviceMachine.TestCase.settings = CoreMachine.TestCase.settings

@@ -131,8 +131,7 @@ async def test_a_preemption_refused_while_the_gang_is_incomplete_is_retried_once
     scheduler's periodic flush. The gang's completion must wake one member to ask again."""
     world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
     low_gang_fills_rack_and_plain_pods_the_rest(world)
-    podgroup = make_podgroup("high", 2, topology_key=RACK_KEY)
-    podgroup["spec"]["priority"] = HIGH
+    podgroup = make_podgroup("high", 2, topology_key=RACK_KEY, priority=HIGH)
     world.cache.upsert_podgroup(podgroup)
     world.add(gang_pod("high0", podgroup="high", gpus=8))
     assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposals(world, ["low0"])) == {}

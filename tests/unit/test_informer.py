@@ -1,4 +1,5 @@
-"""extender.adapters.informer.Informer against a scripted fake API client (no network, no long sleeps)."""
+"""extender.adapters.informer.Informer against the fake apiserver's scripted lists and watches (no network,
+no long sleeps)."""
 
 from __future__ import annotations
 
@@ -18,11 +19,8 @@ from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
 from extender.metrics import Metrics
 
+from .fake_apiserver import NODES, PODGROUPS, PODS, EndWatch, FakeApiserver
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup
-
-NODES = "/api/v1/nodes"
-PODS = "/api/v1/pods"
-PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
 
 
 def with_rv(obj: dict[str, Any], rv: str) -> dict[str, Any]:
@@ -37,64 +35,6 @@ def event(kind: str, obj: dict[str, Any], rv: str) -> dict[str, Any]:
 def bookmark(rv: str) -> dict[str, Any]:
     return {"type": "BOOKMARK", "object": {"kind": "Pod", "apiVersion": "v1", "metadata": {
         "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}}}
-
-
-class EndWatch:
-    """Marker in a watch script: the stream ends normally (apiserver timeout)."""
-
-
-class FakeKube:
-    """Scripted list/watch per API path.
-
-    ``lists[path]`` is consumed one answer per call (the last one repeats); an answer is
-    ``(items, resourceVersion)`` or an exception to raise. ``watches[path]`` is consumed one script
-    per watch call; a script yields its events in order, raises any exception in it, returns at
-    ``EndWatch``, and otherwise stays open (blocks) once it runs out, like a quiet watch. A script
-    that starts with an exception is a watch the apiserver refused: it never opened.
-    """
-
-    def __init__(self) -> None:
-        self.lists: dict[str, list[Any]] = {}
-        self.watches: dict[str, list[list[Any]]] = {}
-        self.list_calls: list[str] = []
-        self.watch_calls: list[tuple[str, str]] = []
-        # API discovery: the resources each group version serves (the 1.37 PodGroup API only).
-        self.served: dict[str, list[str]] = {"scheduling.k8s.io/v1beta1": ["podgroups", "workloads"]}
-
-    async def get_json(self, path: str) -> dict[str, Any] | None:
-        await asyncio.sleep(0)
-        resources = self.served.get(path.removeprefix("/apis/"))
-        return None if resources is None else {"resources": [{"name": name} for name in resources]}
-
-    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        self.list_calls.append(path)
-        answers = self.lists.get(path) or [([], "1")]
-        answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        await asyncio.sleep(0)
-        if isinstance(answer, BaseException):
-            raise answer
-        items, rv = answer
-        return list(items), rv
-
-    async def watch(self, path: str, resource_version: str,
-                    on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:
-        self.watch_calls.append((path, resource_version))
-        scripts = self.watches.get(path) or []
-        script = scripts.pop(0) if scripts else []
-        await asyncio.sleep(0)
-        if on_open is not None and not (script and isinstance(script[0], BaseException)):
-            on_open()  # an exception first in a script is the apiserver refusing the watch
-        for step in script:
-            await asyncio.sleep(0)
-            if isinstance(step, BaseException):
-                raise step
-            if isinstance(step, EndWatch):
-                return
-            yield step
-        await asyncio.Event().wait()  # an open watch with nothing to say
-
-    def lists_of(self, path: str) -> int:
-        return self.list_calls.count(path)
 
 
 async def eventually(condition: Callable[[], bool], within: float = 3.0) -> None:
@@ -124,7 +64,7 @@ def metrics() -> Metrics:
 async def run(cache: ClusterCache, metrics: Metrics) -> AsyncIterator[Callable[..., Informer]]:
     started: list[Informer] = []
 
-    def start(client: FakeKube, **kwargs: Any) -> Informer:
+    def start(client: FakeApiserver, **kwargs: Any) -> Informer:
         informer = Informer(client, cache, metrics, **kwargs)  # type: ignore[arg-type]
         informer.start()
         started.append(informer)
@@ -141,7 +81,7 @@ N0, N1 = "kwok-b0-r0-n0", "kwok-b0-r0-n1"
 async def test_list_then_watch_events_then_relist_on_gone(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "90"),
                            with_rv(make_node(N1, "b0", "b0-r0"), "91")], "100")]
     w0 = make_pod("w0", "u0", group="train-a")
@@ -175,7 +115,7 @@ async def test_list_then_watch_events_then_relist_on_gone(
 
 
 async def test_events_apply_to_cache_in_order(cache: ClusterCache, run: Callable[..., Informer]) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "5")], "10")]
     kube.watches[NODES] = [[
         event("ADDED", make_node(N1, "b0", "b0-r0"), "11"),
@@ -211,7 +151,7 @@ async def test_events_apply_to_cache_in_order(cache: ClusterCache, run: Callable
 
 
 async def test_watch_resumes_from_bookmark_after_normal_end(run: Callable[..., Informer]) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([], "100")]
     kube.watches[PODS] = [[bookmark("150"), EndWatch()], [event("ADDED", make_pod("w0", "u0"), "151"),
                                                            EndWatch()]]
@@ -227,7 +167,7 @@ async def test_missing_podgroup_api_counts_as_synced_and_is_retried(
 ) -> None:
     cache.replace_podgroups([make_podgroup("stale", 2)])  # left over from before the API went away
     cache.synced["podgroups"] = False
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODGROUPS] = [
         ApiError(404, "the server could not find the requested resource"),
         ([with_rv(make_podgroup("train-a", 4), "7")], "8"),
@@ -243,7 +183,7 @@ async def test_missing_podgroup_api_counts_as_synced_and_is_retried(
 async def test_podgroup_api_appearing_later_is_picked_up(
     cache: ClusterCache, run: Callable[..., Informer]
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODGROUPS] = [
         ApiError(404, "the server could not find the requested resource"),
         ([with_rv(make_podgroup("train-a", 4), "7")], "8"),
@@ -260,7 +200,7 @@ async def test_discovery_watches_the_version_the_server_serves(
 ) -> None:
     """1.36 serves PodGroups as v1alpha2 (1.35: Workloads as v1alpha1); a CRD installed after the
     start (here Volcano's) is found when the informer looks again."""
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.served = {"scheduling.k8s.io/v1alpha2": ["podgroups", "workloads"],
                    "scheduling.k8s.io/v1alpha1": ["workloads"]}
     v1alpha2 = "/apis/scheduling.k8s.io/v1alpha2/podgroups"
@@ -286,7 +226,7 @@ async def test_discovery_watches_the_version_the_server_serves(
 async def test_errors_back_off_and_reconnect_from_the_same_version(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([], "100")]
     kube.watches[PODS] = [
         [ApiError(500, "etcdserver: request timed out")],
@@ -302,7 +242,7 @@ async def test_errors_back_off_and_reconnect_from_the_same_version(
 
 
 async def test_pods_404_is_an_error_not_an_absent_api(metrics: Metrics, run: Callable[..., Informer]) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [ApiError(404, "not found"), ([], "1")]
     run(kube, backoff_max=0.05)
     await eventually(lambda: restarts(metrics, "pods", "error") == 1)
@@ -315,7 +255,7 @@ async def test_dra_kinds_not_served_count_as_synced_and_empty(
     cache: ClusterCache, run: Callable[..., Informer]
 ) -> None:
     """A cluster without resource.k8s.io/v1 (before 1.34): Quorum is ready, and counts no devices."""
-    kube = FakeKube()
+    kube = FakeApiserver()
     for plural in DRA_KINDS:
         kube.lists[f"/apis/resource.k8s.io/v1/{plural}"] = [ApiError(404, "the server could not find it")]
     informer = run(kube)
@@ -324,7 +264,7 @@ async def test_dra_kinds_not_served_count_as_synced_and_empty(
 
 
 async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     informer = Informer(kube, cache, metrics)  # type: ignore[arg-type]
     informer.start()
     await eventually(lambda: all(cache.synced.values()))
@@ -350,7 +290,7 @@ def warnings_naming(caplog: pytest.LogCaptureFixture, name: str) -> list[str]:
 async def test_bad_objects_in_a_watch_are_skipped_and_the_watch_goes_on(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([], "100")]
     kube.watches[PODS] = [[
         event("ADDED", make_pod("w0", "u0"), "101"),
@@ -378,7 +318,7 @@ async def test_bad_objects_in_a_watch_are_skipped_and_the_watch_goes_on(
 async def test_relist_with_a_bad_object_loads_the_others(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [
         ([make_pod("w0", "u0")], "100"),
         ([make_pod("w0", "u0"), make_pod("neg", "u-neg", namespace="other", cpu="-2"), make_pod("w1", "u1")],
@@ -397,7 +337,7 @@ async def test_clamped_pod_is_reported_once(
     metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
 ) -> None:
     hog = make_pod("hog", "u-hog", namespace="other", memory="1e999999")
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([with_rv(hog, "90")], "100")]
     kube.watches[PODS] = [[event("MODIFIED", copy.deepcopy(hog), "101"), bookmark("102")]]
     run(kube)
@@ -413,7 +353,7 @@ async def test_clamped_pod_is_reported_once(
 async def test_not_ready_while_a_watch_backs_off(
     cache: ClusterCache, run: Callable[..., Informer]
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([], "100")]
     kube.watches[PODS] = [[ApiError(500, "etcdserver: request timed out")], []]
     informer = run(kube)
@@ -431,7 +371,7 @@ async def test_not_ready_while_a_watch_backs_off(
 async def test_not_ready_until_listed_and_absent_api_counts_as_running(
     cache: ClusterCache, run: Callable[..., Informer]
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODGROUPS] = [ApiError(404, "the server could not find the requested resource")]
     kube.lists[PODS] = [ApiError(503, "starting"), ([], "5")]
     informer = Informer(kube, cache, Metrics())  # type: ignore[arg-type]
@@ -446,7 +386,7 @@ async def test_not_ready_until_listed_and_absent_api_counts_as_running(
 async def test_unexpected_failure_is_logged_and_the_loop_relists(
     cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer], caplog: pytest.LogCaptureFixture
 ) -> None:
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[PODS] = [([], "100"), ([make_pod("w0", "u0")], "200")]
     kube.watches[PODS] = [[KeyError("a bug")]]
     informer = run(kube)
@@ -459,7 +399,7 @@ async def test_unexpected_failure_is_logged_and_the_loop_relists(
 async def test_a_loop_that_ended_makes_the_kind_not_ready(
     cache: ClusterCache, run: Callable[..., Informer]
 ) -> None:
-    informer = run(FakeKube())
+    informer = run(FakeApiserver())
     await eventually(informer.healthy)
     informer._tasks[1].cancel()  # the pods loop, gone for whatever reason
     await eventually(lambda: informer.status()["pods"] == STOPPED)
@@ -472,7 +412,7 @@ async def test_caches_synced_once_all_kinds_are_listed(
 ) -> None:
     seen: list[CacheEvent] = []
     cache.listeners.append(seen.append)
-    kube = FakeKube()
+    kube = FakeApiserver()
     kube.lists[NODES] = [([with_rv(make_node(N0, "b0", "b0-r0"), "5")], "10")]
     kube.lists[PODGROUPS] = [ApiError(404, "not served")]
     informer = run(kube, absent_retry=3600)

@@ -1,5 +1,5 @@
 """Evictions and PodGroup writes as ``KubeClient`` sends them, against a recording fake apiserver
-(``fake_kube``): the gang core's side effects other than Events (``test_kube_events``)."""
+(``fake_apiserver``): the gang core's side effects other than Events (``test_kube_events``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from extender.cluster.records import GangHome
 from extender.gang.core import BindFailed, EvictionFailed
 from extender.gang.effects import GangCondition
 
-from .fake_kube import KubeWorld, Request
+from .fake_apiserver import Request
+from .fixtures import KubeWorld
 
 PODGROUP = "/apis/scheduling.k8s.io/v1beta1/namespaces/ml/podgroups/trainer"
 TRAINER = GangHome("scheduling.k8s.io/v1beta1", "PodGroup", "podgroups", "ml", "trainer", conditions=True)

@@ -1,5 +1,5 @@
 """Events as ``KubeClient`` records them: one create, then series counts at most once per interval,
-rate limited and bounded in memory; against a recording fake apiserver (``fake_kube``)."""
+rate limited and bounded in memory; against a recording fake apiserver (``fake_apiserver``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from extender.adapters.events import EventRecorder, micro_time
 from extender.gang.effects import NORMAL, WARNING, ObjectRef
 
-from .fake_kube import START, KubeWorld, recorder
+from .fixtures import START, KubeWorld, recorder
 
 POD = ObjectRef("Pod", "v1", "ml", "trainer-0", "uid-0")
 EVENTS = "/apis/events.k8s.io/v1/namespaces/ml/events"

@@ -52,8 +52,7 @@ class QueueWorld(World):
     def group(self, name: str, size: int, rack: bool = False, priority: int = 0, gpus: int = 8,
               nodes: list[str] | None = None, never: bool = False) -> list[str]:
         """A PodGroup gang of ``size`` pods, pending or (``nodes``) running there."""
-        obj = make_podgroup(name, size, topology_key=RACK_KEY if rack else None)
-        obj["spec"]["priority"] = priority
+        obj = make_podgroup(name, size, topology_key=RACK_KEY if rack else None, priority=priority)
         self.cache.upsert_podgroup(obj)
         names = [f"{name}{i}" for i in range(size)]
         for i, pod_name in enumerate(names):

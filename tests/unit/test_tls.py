@@ -22,7 +22,8 @@ from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
 
 from ..certs import Pair, Pki, free_port, make_leaf, make_pki
-from .fixtures import LEVEL_LABELS, FakeActions, topology_nodes
+from .fake_apiserver import FakeActions
+from .fixtures import LEVEL_LABELS, topology_nodes
 
 
 @pytest.fixture(scope="module")
