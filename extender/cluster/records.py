@@ -10,6 +10,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..topology.apart import MembersApart
+from .affinity import members_apart
 from .resources import PODS, Resources, parse_resource_list, pod_requests
 
 
@@ -45,6 +47,7 @@ class PodRecord:
     started: bool = False  # status.startTime set: a kubelet took the pod (init containers may still run)
     unschedulable: bool = False  # PodScheduled=False/Unschedulable: kube-scheduler tried and found no node
     consumes: str = ""  # the ProvisioningRequest it consumes (cluster-autoscaler leaves its room to that)
+    apart: MembersApart | None = None  # how it repels its gang mates (required anti-affinity), if at all
 
     @property
     def key(self) -> str:
@@ -194,6 +197,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         started=bool(status.get("startTime")),
         unschedulable=_unschedulable(status),
         consumes=_consumed_request(meta.get("annotations")),
+        apart=members_apart(spec, meta) if "affinity" in spec or _SPREAD in spec else None,
     )
 
 
@@ -218,6 +222,7 @@ def _unschedulable(status: dict[str, Any]) -> bool:
     return False
 
 
+_SPREAD = "topologySpreadConstraints"
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
+from ..topology.apart import resolve_apart
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slices import place_sliced
 from .core import Core
@@ -73,6 +74,7 @@ class Planner:
     def __init__(self, core: Core) -> None:
         self.core = core
         self.level_names = tuple(level.name for level in core.config.levels)
+        self.level_labels = tuple(level.node_label for level in core.config.levels)
         self.queue_version: Callable[[], int] = lambda: 0  # claims made or released (queue.py)
 
     def level(self, ref: str | None) -> int | None:
@@ -160,6 +162,7 @@ class Planner:
         if 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
             attempts.append(ordered[:needed])
         slices = self.level(spec.slice_topology)
+        apart = resolve_apart(pending.values(), self.level_labels, bound_nodes, self.core.cache.nodes)
         result: Placement | NoFit = NoFit("no members to place")
         for group in attempts:
             members = [Member(m.uid, m.requests) for m in group]
@@ -167,9 +170,9 @@ class Planner:
                 # Slices shape a placement from scratch; replacements for lost members of a running
                 # gang are placed inside its required domain only (their slices are not tracked).
                 result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
-                                      spec.slice_size)
+                                      spec.slice_size, apart)
             else:
-                result = place_gang(nodes, members, self.level_names, required, preferred)
+                result = place_gang(nodes, members, self.level_names, required, preferred, apart)
             if isinstance(result, Placement):
                 break
         return result

@@ -42,6 +42,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
+from .apart import Apart, apart_reason, keep_apart
 from .model import CandidateNode, Member, NoFit, Placement, Resources, fits, format_quantity, format_resources
 from .packing import (
     _domain_groups,
@@ -215,6 +216,7 @@ def place_gang(
     level_names: Sequence[str],
     required_level: int | None,
     preferred_level: int | None,
+    apart: Apart | None = None,
 ) -> Placement | NoFit:
     """Place the whole gang or explain exactly why not.
 
@@ -227,14 +229,17 @@ def place_gang(
     gang is spread or nothing was asked. Both may be given ("require a block, prefer a rack"): the
     tightest preferred domain that fits wins wherever it is (it lies inside one required domain),
     and only when none fits is the gang spread inside the tightest required domain; the result's
-    ``domain`` is the required domain either way. Raises ValueError for inconsistent input (level
-    out of range, wrong number of domain labels, duplicate member keys); node names are assumed
-    unique.
+    ``domain`` is the required domain either way. ``apart``: at most one member per domain of its
+    level (members repel each other), none where a member already runs. Raises ValueError for
+    inconsistent input (level out of range, wrong number of domain labels, duplicate member keys);
+    node names are assumed unique.
     """
     depth = len(level_names)
     if depth == 0:
         raise ValueError("level_names must name at least one level")
     _validate(members, depth, required_level, preferred_level)
+    if apart is not None:
+        return _kept_apart(candidates, members, level_names, required_level, preferred_level, apart)
     if required_level is not None and preferred_level is not None and preferred_level > required_level:
         inside = _preferred_first(candidates, members, level_names, required_level, preferred_level)
         if inside is not None:
@@ -252,6 +257,18 @@ def place_gang(
         return outcome
     placed, domain = outcome
     return _placement(members, placed, domain, depth)
+
+
+def _kept_apart(
+    candidates: Sequence[CandidateNode], members: Sequence[Member], level_names: Sequence[str],
+    required_level: int | None, preferred_level: int | None, apart: Apart,
+) -> Placement | NoFit:
+    """The same search over one node per domain of the rule, each offering one pod slot."""
+    if apart.refused:
+        return NoFit(apart.refused)
+    result = place_gang(keep_apart(candidates, members, apart), members, level_names, required_level,
+                        preferred_level)
+    return NoFit(apart_reason(apart, result.reason)) if isinstance(result, NoFit) else result
 
 
 def _placement(members: Sequence[Member], placed: _Pairs, domain: tuple[str, ...], depth: int) -> Placement:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from .apart import Apart
 from .model import CandidateNode, Member, NoFit, Placement, Resources, format_resources
 from .packing import _requests_shape, _totals
 from .placement import _dominant, place_gang
@@ -262,6 +263,7 @@ def place_sliced(
     preferred_level: int | None,
     slice_level: int,
     slice_size: int,
+    apart: Apart | None = None,
 ) -> Placement | NoFit:
     """Place the whole gang, each slice of ``slice_size`` consecutive members in one ``slice_level`` domain.
 
@@ -271,7 +273,11 @@ def place_sliced(
     the gang, else the tightest preferred domain that holds all slices, else spread over the fewest
     slice domains. ``Placement.domain`` is the required path, else the preferred path when met, else
     ``()``. Raises ValueError for inconsistent input, as ``place_gang`` does, and for a bad slice.
+    Members kept ``apart`` are not modelled inside slices: such a gang is refused, saying so.
     """
+    if apart is not None:
+        return NoFit(apart.refused or "members kept apart by required anti-affinity, in slices: "
+                     "not modelled by gang placement")
     depth = len(level_names)
     levels = dict(required_level=required_level, preferred_level=preferred_level, slice_level=slice_level)
     _validate(candidates, members, depth, levels)
