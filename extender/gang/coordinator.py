@@ -183,7 +183,8 @@ class Coordinator(CacheReactions):
 
     def _run_gates(self, g: GateInput) -> FilterDecision:
         core = self.core
-        for gate in (gates.deactivated_gate, gates.running_gate, self._reservation_gate, gates.backoff_gate):
+        for gate in (gates.deactivated_gate, gates.running_gate, gates.already_bound_gate,
+                     self._reservation_gate, gates.backoff_gate):
             decision = gate(core, g)
             if decision is not None:
                 return decision

@@ -160,6 +160,11 @@ class CapacityLedger:
     def is_inflight(self, uid: str) -> bool:
         return uid in self._inflight
 
+    def inflight_node(self, uid: str) -> str:
+        """The node of the pod's bind in flight ("" when none)."""
+        entry = self._inflight.get(uid)
+        return entry[0] if entry is not None else ""
+
     def inflight(self) -> dict[str, str]:
         return {uid: node for uid, (node, _) in self._inflight.items()}
 
