@@ -223,6 +223,7 @@ class Coordinator(CacheReactions):
         bound_nodes = self._running_nodes(state.key)
         candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
         widened = candidates is not g.candidates  # by nodes the member itself was not offered
+        self.queue.refresh()  # the queue's upkeep before a placement: the claim it must keep off
         claim, candidates = self.queue.outside_claim(state.key, candidates)  # backfill
         result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
         if isinstance(result, Placement) and widened:
@@ -292,6 +293,7 @@ class Coordinator(CacheReactions):
         for spec, pending, bound_nodes in self.planner.partial_gangs(exclude):
             state = self.core.state(spec.key)
             by_uid = {m.uid: m for m in pending}
+            self.queue.refresh()
             _, nodes = self.queue.outside_claim(spec.key, list(self.cache.nodes))
             result = self.planner.plan(spec, by_uid, nodes, bound_nodes, None)
             if isinstance(result, NoFit):

@@ -100,8 +100,11 @@ class GangQueue:
     # ------------------------------------------------------------------ the claim
     def blocking(self, gang: str | None, priority: int) -> Claim | None:
         """The claim a pod must keep off: not its own gang's, not when it ranks above the holder,
-        and never for a gang that already ran (its replacements rejoin it)."""
-        self.refresh()
+        and never for a gang that already ran (its replacements rejoin it).
+
+        A read: it answers from the claim as it stands. Making and releasing claims (requeues,
+        Events, evictions) is ``refresh``'s work, run by a gang's filter call, a cache event or the
+        queue's timer, never by a question."""
         claim = self.claim
         if claim is None or gang == claim.gang or priority > claim.priority:
             return None
@@ -113,12 +116,15 @@ class GangQueue:
 
     def outside_claim(self, gang: str, candidates: list[str]) -> tuple[Claim | None, list[str]]:
         """The claim the gang must keep off (None when none) and the candidates outside it: what a
-        gang the claim outranks may use (backfill), whether its own member asks or it is repaired."""
+        gang the claim outranks may use (backfill), whether its own member asks or it is repaired.
+        A read, like ``blocking``."""
         claim = self.blocking(gang, self.priority_of(gang))
         return claim, candidates if claim is None else keep_off(claim, candidates)
 
     def refresh(self) -> None:
-        """Bring the order and the claim up to date (cheap when nothing changed)."""
+        """Bring the order and the claim up to date (cheap when nothing changed): the queue's
+        upkeep, which may make or release a claim (nudging members, writing Events) and start a
+        displacement (evictions)."""
         self._soon = False
         core = self.core
         if self.claim is not None and self.claim.gang not in core.gangs:
@@ -154,14 +160,23 @@ class GangQueue:
         left a claim unused."""
         now = self.core.clock()
         for key in self._order:
-            since = self._impossible.get(key)
-            if since is not None and now - since < IMPOSSIBLE_RECHECK_SECONDS:
-                continue
-            since = self._unused.get(key)
-            if since is not None and now - since < UNUSED_CLAIM_PAUSE_SECONDS:
+            left = self._paused_for(key, now)
+            if left > 0:
+                self._arm(left)  # it may claim again then, whether or not anything else happens
                 continue
             return key
         return None
+
+    def _paused_for(self, key: str, now: float) -> float:
+        """Seconds the gang is still kept from claiming (0: it may claim)."""
+        left = 0.0
+        since = self._impossible.get(key)
+        if since is not None:
+            left = max(left, IMPOSSIBLE_RECHECK_SECONDS - (now - since))
+        since = self._unused.get(key)
+        if since is not None:
+            left = max(left, UNUSED_CLAIM_PAUSE_SECONDS - (now - since))
+        return left
 
     def _check_unused(self, claim: Claim) -> bool:
         """Give up a claim whose domain has had room for its gang for a while, unused (True)."""
@@ -177,6 +192,8 @@ class GangQueue:
                 self._room_since = 0.0
             elif not self._room_since:
                 self._room_since = now
+        if self._room_since and now - self._room_since < UNUSED_CLAIM_SECONDS:
+            self._arm(self._room_since + UNUSED_CLAIM_SECONDS - now)  # given up then if still unused
         if self._room_since and now - self._room_since >= UNUSED_CLAIM_SECONDS:
             self._unused[claim.gang] = now
             self._dirty = True
@@ -291,10 +308,12 @@ class GangQueue:
         loop.call_soon(self.refresh)
 
     def _arm(self, delay: float) -> None:
+        """Run ``refresh`` in ``delay`` seconds; the earliest of the moments asked for wins (the
+        refresh then arms the next one)."""
         due = self.core.clock() + delay
         if self._timer is not None:
-            if abs(due - self._timer_due) < 0.5:
-                return  # already armed for that moment (refresh runs on every filter call)
+            if due > self._timer_due - 0.5:
+                return  # already armed for that moment or an earlier one
             self._timer.cancel()
             self._timer = None
         try:
@@ -306,7 +325,21 @@ class GangQueue:
 
     def _due(self) -> None:
         self._timer = None
+        self.tick()
+
+    def tick(self) -> None:
+        """The queue's timer: what is due by the clock (a claim delay over, an unused claim's time
+        up, a paused gang free to claim again) is done now."""
         self._dirty = True
+        self.refresh()
+
+    def upkeep(self) -> None:
+        """``refresh`` after a cache event, when there is a loop to send its writes on (a cache
+        filled before serving has answered nothing yet)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
         self.refresh()
 
     # ------------------------------------------------------------------ checks and views

@@ -32,6 +32,7 @@ from .binding import Binder
 from .core import Core
 from .lifecycle import Lifecycle
 from .provisioning import Provisioner
+from .queue import GangQueue
 from .retry import Retry
 from .state import Phase
 
@@ -45,6 +46,7 @@ class CacheReactions:
     retry: Retry
     lifecycle: Lifecycle
     provisioner: Provisioner
+    queue: GangQueue
 
     def _verify(self, after: str) -> None:
         raise NotImplementedError
@@ -53,6 +55,8 @@ class CacheReactions:
         handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(self, event)
+        self.queue.upkeep()  # what the event changed may make, move or release the claim
+        if handler is not None:
             self._verify(event.kind)
 
     def _on_capacity(self, event: CacheEvent) -> None:
