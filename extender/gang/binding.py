@@ -17,6 +17,7 @@ from ..cluster.records import PodRecord
 from ..topology.placement import fits
 from .core import Core
 from .state import GangState, HeldBind
+from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +172,7 @@ class Binder:
         running = core.running_count(state.key)
         if len(state.held) + running < min_count:
             return
-        if state.deadline is not None:
-            state.deadline.cancel()
-            state.deadline = None
+        core.timers.cancel(state.key, Deadline.BIND)
         held = list(state.held.values())
         state.held.clear()
         # Reserved members beyond quorum that have not reached bind become ordinary extras: they

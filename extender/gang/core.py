@@ -21,6 +21,7 @@ from ..metrics import Metrics
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
 from .state import Claim, Facts, GangState, Phase, derive_phase, transition
+from .timers import Deadline, GangTimers
 
 
 class BindFailed(Exception):
@@ -106,6 +107,14 @@ def runs(member: PodRecord) -> bool:
     return member.holds_capacity and not member.deleting
 
 
+def gang_priority(cache: ClusterCache, key: str) -> int:
+    """A gang's place in line: its PodGroup's priority when set, else its pods' highest."""
+    spec = cache.gang_spec(key)
+    if spec is not None and spec.priority:
+        return spec.priority
+    return max((m.priority for m in cache.members(key)), default=0)
+
+
 class Earmarks(Protocol):
     """The head-of-line claim (``queue.GangQueue``), as the filter paths ask about it."""
 
@@ -141,6 +150,7 @@ class Core:
     strict: bool = False  # illegal transitions raise (tests) instead of being logged
     wall: Callable[[], float] = time.time  # for what outlives the process (PodGroup annotations)
     gangs: dict[str, GangState] = field(default_factory=dict)
+    timers: GangTimers = field(default_factory=GangTimers)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     observers: list[PhaseObserver] = field(default_factory=list)
     reporter: Reporter | None = None
@@ -194,6 +204,22 @@ class Core:
         evicting = state.evicting if state is not None else ()
         bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
         return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name), evicting)
+
+    def running_nodes(self, key: str) -> list[str]:
+        """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.
+
+        A member on its way out (deleted, evicted, its node gone) pins nothing: replacements must
+        join the survivors, not the node that failed.
+        """
+        inflight = self.ledger.inflight()
+        evicting = self.gangs[key].evicting if key in self.gangs else set()
+        out = []
+        for m in self.cache.members(key):
+            if runs(m) and m.uid not in evicting and m.node_name in self.cache.nodes:
+                out.append(m.node_name)
+            elif m.uid in inflight:
+                out.append(inflight[m.uid])
+        return out
 
     def ready_count(self, key: str) -> int:
         """Running members whose Ready condition is True (what the readiness timeout waits for).
@@ -259,9 +285,7 @@ class Core:
             if state.backoff_until:
                 # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
                 state.backoff_until = 0.0
-                if state.backoff_timer is not None:
-                    state.backoff_timer.cancel()
-                    state.backoff_timer = None
+                self.timers.cancel(state.key, Deadline.BACKOFF)
         source = state.phase
         transition(state, target, reason, strict=self.strict, count=self._count)
         if target != source:
@@ -282,9 +306,7 @@ class Core:
             if not held.answer.done():
                 held.answer.set_result(reason)
         state.held.clear()
-        if state.deadline is not None:
-            state.deadline.cancel()
-            state.deadline = None
+        self.timers.cancel(state.key, Deadline.BIND)
         state.domain = ()
         state.min_count_reserved = 0
         state.reason = reason
@@ -312,7 +334,7 @@ class Core:
             # A requeued gang between its evicted members and the owner's replacements: what it
             # must wait for, and its count, outlive the pods.
             return
-        state.cancel_timers()
+        self.timers.cancel_all(key)
         del self.gangs[key]
 
     def _count(self, source: Phase, target: Phase) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..cluster.cache import ClusterCache
 from ..cluster.records import PodRecord
 from ..cluster.resources import Resources, add_into, subtract_into
+from ..topology.claims import ClaimNode
 
 
 class DoubleReservation(RuntimeError):
@@ -159,6 +160,16 @@ class CapacityLedger:
 
     def is_inflight(self, uid: str) -> bool:
         return uid in self._inflight
+
+    def claim_nodes(self, gang: str) -> list[ClaimNode]:
+        """Every node with the capacity ``gang`` may use, as claims and displacements read it."""
+        out = []
+        for name, node in self.cache.nodes.items():
+            free = self.free(name, gang)
+            if free is not None:
+                out.append(ClaimNode(name, node.domains, node.allocatable, node.pods_allocatable,
+                                     free[0], free[1], node.ready))
+        return out
 
     def inflight_node(self, uid: str) -> str:
         """The node of the pod's bind in flight ("" when none)."""

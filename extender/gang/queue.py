@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..topology.claims import ClaimDomain, ClaimNode, choose_claim, copies, envelope
+from ..topology.claims import ClaimDomain, choose_claim, copies, envelope
 from ..topology.placement import Member
-from .core import Core
+from .core import Core, gang_priority
 from .displacement import Displacer
-from .state import Claim, GangState, Phase
+from .state import Claim, ClaimEpoch, GangState, Phase
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,11 @@ UNUSED_CLAIM_PAUSE_SECONDS = 300.0
 
 
 class GangQueue:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, displacer: Displacer | None, epoch: ClaimEpoch) -> None:
         self.core = core
+        self.displacer = displacer  # whole-gang preemption, when configured
         self.claim: Claim | None = None
-        self.version = 0  # moves whenever a claim is made or released (part of a no-fit's key)
+        self._epoch = epoch
         self._order: list[str] = []
         self._priority: dict[str, int] = {}
         self._dirty = True
@@ -49,19 +50,13 @@ class GangQueue:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0.0
         self._impossible: dict[str, float] = {}  # gang -> when no domain could hold it
-        self.displacer: Displacer | None = None  # whole-gang preemption, when configured
         self._unused: dict[str, float] = {}  # gang -> when it left a claim unused
         self._room_since = 0.0  # since when the claimed domain has had room for its gang (0: no room)
         self._room_checked = (-1, -1, -1)  # capacity, reservation and in-flight versions checked
-        core.observers.append(self._phase_changed)
-        core.earmarks = self
 
     # ------------------------------------------------------------------ order
     def priority_of(self, key: str) -> int:
-        spec = self.core.cache.gang_spec(key)
-        if spec is not None and spec.priority:
-            return spec.priority
-        return max((m.priority for m in self.core.cache.members(key)), default=0)
+        return gang_priority(self.core.cache, key)
 
     def order(self) -> list[str]:
         """Waiting gangs, first first."""
@@ -85,7 +80,7 @@ class GangQueue:
             for key in [k for k in memo if k not in self._priority]:
                 del memo[key]
 
-    def _phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
+    def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         if target == Phase.PENDING and not state.queued_since:
             state.queued_since = self.core.clock()
         elif target == Phase.BOUND:
@@ -126,6 +121,17 @@ class GangQueue:
         upkeep, which may make or release a claim (nudging members, writing Events) and start a
         displacement (evictions)."""
         self._soon = False
+        head = self._settle_claim()
+        if self.claim is not None or head is None or not self.core.config.starvation.enabled:
+            return
+        state = self.core.gangs[head]
+        if self.displacer is not None and state.nofit is not None and self._displace(state):
+            return
+        self._claim_when_due(head, state)
+
+    def _settle_claim(self) -> str | None:
+        """Release the claim if its gang is gone, is no longer first or left it unused; let a claim
+        still waiting for capacity preempt for its gang. The head of the queue (None: none)."""
         core = self.core
         if self.claim is not None and self.claim.gang not in core.gangs:
             self._release(f"gang {self.claim.gang} is gone")
@@ -135,15 +141,16 @@ class GangQueue:
             self._release(f"gang {head} is now first in the queue" if head else "no gang waits")
         if self.claim is not None and self._check_unused(self.claim):
             head = self._head()
-        settings = core.config.starvation
         if head is not None and self.claim is not None and self.claim.gang == head and \
                 self.displacer is not None and core.gangs[head].nofit is not None:
             self._displace(core.gangs[head])  # a claim waiting for capacity may preempt for it
-        if self.claim is not None or head is None or not settings.enabled:
-            return
-        state = core.gangs[head]
-        if self.displacer is not None and state.nofit is not None and self._displace(state):
-            return
+        return head
+
+    def _claim_when_due(self, head: str, state: GangState) -> None:
+        """Claim for the head now if it has waited long enough (or outranks every other waiting
+        gang and does not fit), else arm the timer for when it will have."""
+        core = self.core
+        settings = core.config.starvation
         due = state.queued_since + settings.claim_after_seconds
         now = core.clock()
         # Priority claims at once, but only a gang known not to fit (one that fits is about to be
@@ -226,7 +233,7 @@ class GangQueue:
     def _displace(self, state: GangState) -> bool:
         """Start a displacement for the gang; True when one started (its domain is then claimed)."""
         assert self.displacer is not None
-        plan = self.displacer.consider(state, lambda: self._snapshot(state.key))
+        plan = self.displacer.consider(state)
         if plan is None:
             return False
         if self.claim is not None:
@@ -248,7 +255,7 @@ class GangQueue:
             return
         members = self._members(state)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
-        choice = choose_claim(self._snapshot(state.key), members, len(core.config.levels), required)
+        choice = choose_claim(core.ledger.claim_nodes(state.key), members, len(core.config.levels), required)
         if choice is None:
             self._impossible[state.key] = core.clock()
             self._dirty = True
@@ -267,7 +274,7 @@ class GangQueue:
                            level, "/".join(choice.domain), nodes, choice.missing, frozenset(holders),
                            envelope(members), len(members))
         self._room_since, self._room_checked = 0.0, (-1, -1, -1)
-        self.version += 1
+        self._epoch.value += 1
         core.metrics.claims.labels("made").inc()
         note = (f"earmarked {level} {self.claim.domain} ({len(nodes)} nodes; capacity for "
                 f"{choice.missing} of {len(members)} members still in use there)")
@@ -276,21 +283,11 @@ class GangQueue:
         core.note(state, "Claimed", f"gang {state.key}: {note}")
         core.requeue(state.key, pending, "capacity earmarked")  # it may fit there already
 
-    def _snapshot(self, key: str) -> list[ClaimNode]:
-        out = []
-        free_of = self.core.ledger.free
-        for name, node in self.core.cache.nodes.items():
-            free = free_of(name, key)
-            if free is not None:
-                out.append(ClaimNode(name, node.domains, node.allocatable, node.pods_allocatable,
-                                     free[0], free[1], node.ready))
-        return out
-
     def _release(self, why: str) -> None:
         claim, self.claim = self.claim, None
         if claim is None:
             return
-        self.version += 1
+        self._epoch.value += 1
         self.core.metrics.claims.labels("released").inc()
         log.info("claim released", extra={"gang": claim.gang, "domain": claim.domain, "why": why})
         # Gangs kept off the domain may fit now; plain pods retry on the cluster events that follow.

@@ -26,30 +26,31 @@ from ..cluster.cache import (
     POD_BOUND,
     POD_REMOVED,
     CacheEvent,
-    ClusterCache,
 )
+from ..cluster.records import GangSpec
 from .binding import Binder
 from .core import Core
 from .lifecycle import Lifecycle
 from .provisioning import Provisioner
 from .queue import GangQueue
 from .retry import Retry
-from .state import Phase
+from .state import GangState, Phase
+from .timers import Deadline
 
 
 class CacheReactions:
-    """The coordinator's side of cache events (a base class: it shares the coordinator's parts)."""
+    """The gang core's side of cache events: a part the coordinator holds, given what it uses."""
 
-    core: Core
-    cache: ClusterCache
-    binder: Binder
-    retry: Retry
-    lifecycle: Lifecycle
-    provisioner: Provisioner
-    queue: GangQueue
-
-    def _verify(self, after: str) -> None:
-        raise NotImplementedError
+    def __init__(self, core: Core, binder: Binder, retry: Retry, lifecycle: Lifecycle,
+                 provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None]) -> None:
+        self.core = core
+        self.cache = core.cache
+        self.binder = binder
+        self.retry = retry
+        self.lifecycle = lifecycle
+        self.provisioner = provisioner
+        self.queue = queue
+        self._verify = verify
 
     def on_cache_event(self, event: CacheEvent) -> None:
         handler = self._handlers.get(event.kind)
@@ -83,9 +84,8 @@ class CacheReactions:
                         # At quorum (members bound elsewhere, or a late watch): what is still
                         # reserved belongs to extras, which keep no capacity they may never use.
                         core.ledger.release_gang(state.key)
-                    if state.deadline is not None and not core.ledger.reserved_count(state.key):
-                        state.deadline.cancel()
-                        state.deadline = None
+                    if not core.ledger.reserved_count(state.key):
+                        core.timers.cancel(state.key, Deadline.BIND)
                 core.sync(state, f"gang {state.key}: member {event.pod.key} bound")
                 self.lifecycle.review(state.key)
 
@@ -202,24 +202,31 @@ class CacheReactions:
             return
         state.spec_seen = spec
         self.lifecycle.declaration_changed(state, spec)
+        core.sync(state, self._redeclared(state, spec, from_podgroup=event.pod is None))
+
+    def _redeclared(self, state: GangState, spec: GangSpec, from_podgroup: bool) -> str:
+        """Release a reservation the new declaration cannot keep, or wake the members of a gang
+        that holds none; the reason to show ("" to keep the gang's own)."""
+        core = self.core
+        key = state.key
         reason = ""
-        reserved = core.ledger.reserved_count(event.key)
-        needed = spec.min_count - core.running_count(event.key)
+        reserved = core.ledger.reserved_count(key)
+        needed = spec.min_count - core.running_count(key)
         if (reserved or state.held) and (not spec.is_gang or spec.problem):
             # No longer a (valid) gang: its members schedule on their own, holding nothing.
-            core.release(state, f"gang {event.key}: no longer a gang ({spec.problem or 'basic policy'})",
+            core.release(state, f"gang {key}: no longer a gang ({spec.problem or 'basic policy'})",
                          "gang-changed")
         elif reserved and not state.binds_in_flight and needed > reserved + len(state.held):
-            core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
-        elif not reserved and not state.held and state.phase != Phase.BOUND and event.pod is None:
+            core.release(state, f"gang {key}: min count raised to {spec.min_count}", "gang-changed")
+        elif not reserved and not state.held and state.phase != Phase.BOUND and from_podgroup:
             # Only a PodGroup change wakes members: members whose annotations disagree would flip
             # the declaration on every pod update, and a nudge is itself a pod update.
-            self.retry.nudge_gang(event.key, "its declaration changed")
+            self.retry.nudge_gang(key, "its declaration changed")
             # The last reason (e.g. "waiting for its PodGroup") no longer holds; a basic group's
             # members are never filtered as a gang again, so nothing else would replace it.
             what = "members retried" if spec.is_gang else "basic policy, members schedule on their own"
-            reason = f"gang {event.key}: declaration changed; {what}"
-        core.sync(state, reason)
+            reason = f"gang {key}: declaration changed; {what}"
+        return reason
 
     def _on_synced(self, event: CacheEvent) -> None:
         self.retry.nudge_waiting_after_sync()

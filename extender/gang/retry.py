@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from ..cluster.records import PodRecord
 from .core import Core, alive_count
 from .state import GangState
+from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +28,22 @@ STALE_ANSWER_WINDOW_SECONDS = 10.0
 RECHECK_DELAY_SECONDS = 0.2
 
 
+class NoFitMemory(Protocol):
+    """Whether a gang's remembered no-fit still holds (``planning.Planner``)."""
+
+    def nofit_unchanged(self, state: GangState) -> bool: ...
+
+
 class Retry:
-    def __init__(self, core: Core, unchanged_nofit: Callable[[GangState], bool]) -> None:
+    def __init__(self, core: Core, fits: NoFitMemory) -> None:
         self.core = core
-        self._unchanged_nofit = unchanged_nofit
+        self._fits = fits
         self._recheck: asyncio.TimerHandle | None = None
         self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
 
     # ----------------------------------------------------------------- bind deadline
     def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
-        if state.deadline is not None:
-            state.deadline.cancel()
-        state.deadline = asyncio.get_running_loop().call_later(
-            self.core.bind_timeout(state.key), on_expiry, state.key)
+        self.core.timers.arm(state.key, Deadline.BIND, self.core.bind_timeout(state.key), on_expiry)
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:
@@ -53,9 +58,7 @@ class Retry:
         state.backoff_until = self.core.clock() + delay
         state.reason = reason
         self.core.metrics.backoffs.inc()
-        if state.backoff_timer is not None:
-            state.backoff_timer.cancel()
-        state.backoff_timer = asyncio.get_running_loop().call_later(delay, self._backoff_over, state.key)
+        self.core.timers.arm(state.key, Deadline.BACKOFF, delay, self._backoff_over)
         log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
         self.core.sync(state, state.reason)
 
@@ -63,7 +66,6 @@ class Retry:
         state = self.core.gangs.get(key)
         if state is None:
             return
-        state.backoff_timer = None
         state.backoff_until = 0.0
         self.core.sync(state, f"gang {key}: backoff over")
         self.core.requeue(key, self.core.pending_members(key), "backoff over")
@@ -92,6 +94,10 @@ class Retry:
 
     def note_rejection(self, state: GangState) -> None:
         state.rejected_at = self._last_rejection = self.core.clock()
+
+    def note_rejection_of(self, gang: str) -> None:
+        """A refusal only Quorum's watch can lift: the gang's next change re-checks it."""
+        self.note_rejection(self.core.state(gang))
 
     def schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -131,6 +137,6 @@ class Retry:
         members = core.cache.members(state.key)
         if alive_count(members) < spec.min_count:
             return []  # still short of members: the same answer again
-        if self._unchanged_nofit(state):
+        if self._fits.nofit_unchanged(state):
             return []  # nothing the placement depends on has moved
         return sorted((m for m in members if m.pending), key=lambda m: m.name)

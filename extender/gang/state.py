@@ -106,6 +106,14 @@ class Claim:
 
 
 @dataclass(slots=True)
+class ClaimEpoch:
+    """Moves whenever a head-of-line claim is made or released (``queue.py`` moves it): part of a
+    remembered no-fit's key (``planning.py`` reads it), since a claim changes what a gang may use."""
+
+    value: int = 0
+
+
+@dataclass(slots=True)
 class GangState:
     """What Quorum remembers about one gang beyond the cache and the ledger."""
 
@@ -116,9 +124,7 @@ class GangState:
     domain: tuple[str, ...] = ()
     held: dict[str, HeldBind] = field(default_factory=dict)
     binds_in_flight: int = 0  # members whose bind call to the apiserver has not returned yet
-    deadline: asyncio.TimerHandle | None = None
     backoff_until: float = 0.0
-    backoff_timer: asyncio.TimerHandle | None = None
     failures: int = 0
     replans: int = 0
     nofit: NoFitMemo | None = None
@@ -140,8 +146,6 @@ class GangState:
     # the claim that kept it from a placement last time it did not fit ("" when none did).
     queued_since: float = 0.0
     blocked_by: str = ""
-    ready_timer: asyncio.TimerHandle | None = None
-    recovery_timer: asyncio.TimerHandle | None = None
     requeues: int = 0
     deactivated: str = ""  # why the gang is not scheduled again ("" when it is active)
     deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
@@ -157,12 +161,6 @@ class GangState:
     # member, and the members that have it.
     stamp: dict[str, str | None] = field(default_factory=dict)
     stamped: set[str] = field(default_factory=set)
-
-    def cancel_timers(self) -> None:
-        for timer in (self.deadline, self.backoff_timer, self.ready_timer, self.recovery_timer):
-            if timer is not None:
-                timer.cancel()
-        self.deadline = self.backoff_timer = self.ready_timer = self.recovery_timer = None
 
 
 @dataclass(frozen=True, slots=True)
