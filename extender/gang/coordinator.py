@@ -45,7 +45,7 @@ from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
 from .started import StartedSignal
-from .state import ClaimEpoch, GangState, Phase
+from .state import ClaimEpoch, GangState, Phase, count_replan, see_declaration, set_reason
 
 __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed", "ClusterActions",
            "Coordinator", "FilterDecision"]
@@ -165,7 +165,7 @@ class Coordinator:
         if spec is self.cache.gang_spec(key):
             if state.spec_seen is None:
                 self.lifecycle.adopt(state, spec)  # a requeue count or deactivation from before
-            state.spec_seen = spec
+            see_declaration(state, spec)
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
         self._note_answer(pod, known is not None, decision)
@@ -224,7 +224,7 @@ class Coordinator:
         state, spec = g.state, g.spec
         error = self.planner.level_error(spec)
         if error:
-            state.reason = error
+            set_reason(state, error)
             return reject_all(g.candidates, error)
         self._repair_partial_gangs(exclude=state.key)
         pending = {m.uid: m for m in g.members if m.pending and not self.core.ledger.is_inflight(m.uid)}
@@ -251,10 +251,10 @@ class Coordinator:
             if widened:
                 result = replace(result, assignment=honour_nominations(result.assignment, pending,
                                                                         set(g.candidates), g.pod.uid))
-            state.blocked_by = ""
+            self.queue.note_blocked(state, "")
             return result
         kept_off = claim is not None and any(n in claim.nodes for n in g.candidates)
-        state.blocked_by = claim.gang if claim is not None and kept_off else ""
+        self.queue.note_blocked(state, claim.gang if claim is not None and kept_off else "")
         if claim is not None and kept_off:
             result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")
         return result
@@ -268,7 +268,7 @@ class Coordinator:
                                           spec.min_count - len(bound_nodes))
         if asked:
             result = NoFit(f"{result.reason}; {asked}")
-        state.reason = self.planner.remember_nofit(state, result, g.candidates)
+        set_reason(state, self.planner.remember_nofit(state, result, g.candidates))
         self.retry.note_rejection(state)
         if state.started and bound_nodes and spec.required_topology and \
                 self.lifecycle.replace_outside(spec):
@@ -282,7 +282,7 @@ class Coordinator:
     def _reserve(self, state: GangState, placement: Any, pending: dict[str, PodRecord], needed: int,
                  first_uid: str | None) -> None:
         self.planner.reserve(state, placement, pending, needed)
-        state.reason = ""
+        set_reason(state, "")
         self.retry.arm_deadline(state, self._deadline_passed)
         self.core.sync(state, f"gang {state.key}: reserved in {'/'.join(placement.domain) or 'cluster'}")
         # When a member's own filter placed the gang, only members kube-scheduler may have parked:
@@ -316,11 +316,9 @@ class Coordinator:
     def _replan(self, g: GateInput, node: str) -> FilterDecision:
         """kube-scheduler's own filters no longer accept the reserved node: place the gang again."""
         state = g.state
-        state.replans += 1
         reason = f"gang {state.key}: reserved node {node} no longer passes the scheduler's filters"
         self.core.release(state, reason, "replan")
-        if state.replans > self.core.config.gang.max_replans:
-            state.replans = 0
+        if count_replan(state, self.core.config.gang.max_replans):
             self.retry.back_off(state, f"{reason} after {self.core.config.gang.max_replans} re-plans")
             return reject_all(g.candidates, f"gang {state.key}: {state.reason}")
         g.members = self.cache.members(state.key)

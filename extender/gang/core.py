@@ -20,7 +20,18 @@ from ..config import Config
 from ..metrics import Metrics
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
-from .state import Claim, Facts, GangState, Phase, derive_phase, transition
+from .state import (
+    Claim,
+    Facts,
+    GangState,
+    Phase,
+    clear_reserved,
+    derive_phase,
+    end_backoff,
+    mark_started,
+    take_held,
+    transition,
+)
 from .timers import Deadline, GangTimers
 
 
@@ -281,10 +292,10 @@ class Core:
         """Move the gang to the phase its facts imply (through the checked transition)."""
         target = derive_phase(self.facts(state))
         if target == Phase.BOUND:
-            state.started = True
+            mark_started(state, True)
             if state.backoff_until:
                 # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
-                state.backoff_until = 0.0
+                end_backoff(state)
                 self.timers.cancel(state.key, Deadline.BACKOFF)
         source = state.phase
         transition(state, target, reason, strict=self.strict, count=self._count)
@@ -302,14 +313,11 @@ class Core:
         freed = self.ledger.release_gang(state.key)
         if freed or state.held:
             self.metrics.reservation_releases.labels(metric_reason).inc()
-        for held in state.held.values():
+        for held in take_held(state):
             if not held.answer.done():
                 held.answer.set_result(reason)
-        state.held.clear()
         self.timers.cancel(state.key, Deadline.BIND)
-        state.domain = ()
-        state.min_count_reserved = 0
-        state.reason = reason
+        clear_reserved(state, reason)
         if freed:
             self.wake_gangs_that_did_not_fit(exclude=state.key)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
 from .core import Core, alive_count
-from .state import GangState
+from .state import GangState, end_backoff
 
 
 class FilterDecision:
@@ -191,7 +191,7 @@ def backoff_gate(core: Core, g: GateInput) -> FilterDecision | None:
         return reject_all(g.candidates, f"gang {g.state.key}: {g.state.reason} ({wait:.0f}s left)")
     if g.state.backoff_until:
         # Over, but its timer has not fired yet (it runs on the loop's clock): end it here.
-        g.state.backoff_until = 0.0
+        end_backoff(g.state)
         core.sync(g.state, f"gang {g.state.key}: backoff over")
     return None
 

@@ -31,7 +31,7 @@ from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
 from .retry import Retry
 from .started import StartedSignal
-from .state import GangState, Phase
+from .state import GangState, Phase, mark_started
 from .timers import Deadline
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,8 @@ class Lifecycle:
         self.evict(victims, reason)  # marked at once: from here they no longer count as running
         core.release(state, reason, "requeue")
         core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
-        state.started = state.pods_ready = False
+        mark_started(state, False)
+        state.pods_ready = False
         self.started_signal.reset(state)
         state.recovering_since = 0.0
         limit = core.config.lifecycle.backoff_limit_count
@@ -312,7 +313,8 @@ class Lifecycle:
 
     def forget_start(self, state: GangState) -> None:
         """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
-        state.started = state.pods_ready = state.completing = False
+        mark_started(state, False)
+        state.pods_ready = state.completing = False
         self.started_signal.reset(state)
         state.recovering_since = 0.0
         self.core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)

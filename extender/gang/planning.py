@@ -15,7 +15,7 @@ from ..cluster.resources import Resources, add
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slices import place_sliced
 from .core import Core
-from .state import ClaimEpoch, GangState, NoFitMemo
+from .state import ClaimEpoch, GangState, NoFitMemo, note_reserved
 
 log = logging.getLogger(__name__)
 
@@ -218,8 +218,7 @@ class Planner:
         ledger = self.core.ledger
         for uid, node in placement.assignment.items():
             ledger.reserve(state.key, uid, node, pending[uid].requests)
-        state.domain = placement.domain
-        state.min_count_reserved = needed
+        note_reserved(state, placement.domain, needed)
         state.nofit = None
         self.core.metrics.placements.labels("fit").inc()
         log.info("gang reserved", extra={"gang": state.key, "members": len(placement.assignment),

@@ -37,7 +37,7 @@ from ..cluster.records import GangSpec, PodRecord
 from ..topology.model import fits, format_resources
 from .core import Core
 from .serial import InOrder
-from .state import GangState, Phase
+from .state import GangState, Phase, set_reason
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class Provisioner:
         state = self.core.state(key)
         asked = self.on_nofit(state, spec, pending, spec.min_count - self.core.cache.bound_count(key))
         if asked and asked not in state.reason:
-            state.reason = f"no node can take it now; {asked}"
+            set_reason(state, f"no node can take it now; {asked}")
             self.core.sync(state)
             if self._report is not None:
                 self._report(state)

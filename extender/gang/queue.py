@@ -92,6 +92,10 @@ class GangQueue:
             self._release(f"gang {state.key} is {target}")
         self._refresh_soon()
 
+    def note_blocked(self, state: GangState, by: str) -> None:
+        """The claim that kept the gang from a placement last time ("" when none did)."""
+        state.blocked_by = by
+
     # ------------------------------------------------------------------ the claim
     def blocking(self, gang: str | None, priority: int) -> Claim | None:
         """The claim a pod must keep off: not its own gang's, not when it ranks above the holder,

@@ -34,7 +34,7 @@ from .lifecycle import Lifecycle
 from .provisioning import Provisioner
 from .queue import GangQueue
 from .retry import Retry
-from .state import GangState, Phase
+from .state import GangState, Phase, reset_failures, see_declaration
 from .timers import Deadline
 
 
@@ -79,7 +79,7 @@ class CacheReactions:
             state = core.gangs.get(event.pod.gang_key)
             if state is not None:
                 if core.running_count(state.key) >= core.min_count(state, core.cache.gang_spec(state.key)):
-                    state.failures = state.replans = state.bind_failures = 0
+                    reset_failures(state)
                     if not state.held and not state.binds_in_flight:
                         # At quorum (members bound elsewhere, or a late watch): what is still
                         # reserved belongs to extras, which keep no capacity they may never use.
@@ -186,7 +186,7 @@ class CacheReactions:
             return
         if state is None and (spec.requeues or spec.deactivated):
             state = core.state(event.key)  # requeued or deactivated before a restart: resume it
-            state.spec_seen = spec
+            see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)
             return
         if state is None:
@@ -197,10 +197,10 @@ class CacheReactions:
                 self.retry.nudge_gang(event.key, "its PodGroup appeared")
             return
         if state.spec_seen is not None and state.spec_seen.declaration() == spec.declaration():
-            state.spec_seen = spec
+            see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)  # Quorum's own bookkeeping, or a status update
             return
-        state.spec_seen = spec
+        see_declaration(state, spec)
         self.lifecycle.declaration_changed(state, spec)
         core.sync(state, self._redeclared(state, spec, from_podgroup=event.pod is None))
 

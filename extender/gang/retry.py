@@ -15,7 +15,7 @@ from typing import Protocol
 
 from ..cluster.records import PodRecord
 from .core import Core, alive_count
-from .state import GangState
+from .state import GangState, count_failure, end_backoff, start_backoff
 from .timers import Deadline
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,14 @@ class Retry:
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:
         """Quorum was not reached at bind in time (or re-planning failed): wait, doubling each time."""
-        state.failures += 1
+        failures = count_failure(state)
         timings = self.core.config.gang
-        delay = min(timings.backoff_base_seconds * 2 ** (state.failures - 1), timings.backoff_max_seconds)
+        delay = min(timings.backoff_base_seconds * 2 ** (failures - 1), timings.backoff_max_seconds)
         self.hold(state, delay, f"{reason}; backing off {delay:g}s")
 
     def hold(self, state: GangState, delay: float, reason: str) -> None:
         """Keep the gang in Backoff for ``delay`` seconds, then wake its pending members."""
-        state.backoff_until = self.core.clock() + delay
-        state.reason = reason
+        start_backoff(state, self.core.clock() + delay, reason)
         self.core.metrics.backoffs.inc()
         self.core.timers.arm(state.key, Deadline.BACKOFF, delay, self._backoff_over)
         log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
@@ -66,7 +65,7 @@ class Retry:
         state = self.core.gangs.get(key)
         if state is None:
             return
-        state.backoff_until = 0.0
+        end_backoff(state)
         self.core.sync(state, f"gang {key}: backoff over")
         self.core.requeue(key, self.core.pending_members(key), "backoff over")
         self.core.forget_if_idle(key)
