@@ -90,7 +90,7 @@ class Displacer:
             return None
         priority = self.priority_of(state.key)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
-        units = self._units(below=priority, exclude=state.key)
+        units, unit_gangs = self._units(below=priority, exclude=state.key)
         plan = choose_victims(core.ledger.claim_nodes(state.key), units, members, len(core.config.levels),
                               required)
         if plan is None or not plan.units:
@@ -98,7 +98,7 @@ class Displacer:
             if len(self._searched) > 4096:
                 self._searched.clear()
             return None
-        self._execute(state, priority, plan)
+        self._execute(state, priority, plan, unit_gangs)
         return plan
 
     def _members_to_place(self, key: str, spec: GangSpec | None) -> list[Member] | None:
@@ -114,8 +114,9 @@ class Displacer:
             return None
         return [Member(m.uid, m.requests) for m in pending[:needed]]
 
-    def _units(self, below: int, exclude: str) -> list[Unit]:
-        """Running work of lower priority: each gang whole, each plain pod alone."""
+    def _units(self, below: int, exclude: str) -> tuple[list[Unit], dict[str, str]]:
+        """Running work of lower priority: each gang whole, each plain pod alone; and the gang of
+        each unit that is a gang (unit key -> gang key)."""
         core = self.core
         gangs: dict[str, list[PodRecord]] = {}
         units: list[Unit] = []
@@ -128,14 +129,17 @@ class Displacer:
                     gangs.setdefault(spec.key, []).append(pod)
             elif pod.priority < below:
                 units.append(Unit(f"pod {pod.key}", pod.priority, ((pod.uid, pod.node_name, pod.requests),)))
+        unit_gangs: dict[str, str] = {}
         for key, members in gangs.items():
             priority = self.priority_of(key)
             if priority < below:
+                unit_gangs[f"gang {key}"] = key
                 units.append(Unit(f"gang {key}", priority,
                                   tuple((m.uid, m.node_name, m.requests) for m in members)))
-        return units
+        return units, unit_gangs
 
-    def _execute(self, state: GangState, priority: int, plan: Displacement) -> None:
+    def _execute(self, state: GangState, priority: int, plan: Displacement,
+                 unit_gangs: dict[str, str]) -> None:
         core = self.core
         reason = f"preempted by gang {state.key} (priority {priority})"
         names = [u.key for u in plan.units]
@@ -148,8 +152,8 @@ class Displacer:
         pods = core.cache.pods
         for unit in plan.units:
             victims.update(uid for uid, _, _ in unit.pods)
-            if unit.key.startswith("gang "):
-                key = unit.key.removeprefix("gang ")
+            key = unit_gangs.get(unit.key)
+            if key is not None:
                 victim_gangs.add(key)
                 self.lifecycle.requeue(core.state(key), f"gang {key}: {reason}", "preempted", backoff=False,
                                        event="Preempted")

@@ -143,7 +143,7 @@ class CacheReactions:
         ledger = self.core.ledger
         if not ledger.gangs_on(node):
             return
-        if not any(problem.startswith(f"node {node} ") for problem in ledger.overcommitted()):
+        if ledger.short_on(node) is None:
             return
         for key in ledger.gangs_on(node):
             state = self.core.state(key)
@@ -163,7 +163,7 @@ class CacheReactions:
         ledger = self.core.ledger
         if not ledger.gangs_on(event.key):
             return
-        shrunk = any(problem.startswith(f"node {event.key} ") for problem in ledger.overcommitted())
+        shrunk = ledger.short_on(event.key) is not None
         for key in ledger.gangs_on(event.key):
             state = self.core.state(key)
             if shrunk or state.domain:
