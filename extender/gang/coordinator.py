@@ -122,7 +122,7 @@ class Coordinator:
 
     def check_invariants(self) -> list[str]:
         """Every invariant violation now (empty when the core is consistent)."""
-        return check_invariants(self.core) + self.displacer.check()
+        return check_invariants(self.core, self.retry.parked()) + self.displacer.check()
 
     def _verify(self, after: str) -> None:
         """With debug.checkInvariants, check the core after every call and log what breaks."""
@@ -158,7 +158,7 @@ class Coordinator:
                                               f"not {key}")
             if reservation.node in candidates:
                 # The common case of a reserved member: its node, with no state to change or sync.
-                self.core.parked.discard(pod.uid)
+                self.retry.unpark(pod.uid)
                 return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
@@ -179,9 +179,9 @@ class Coordinator:
         """Remember who kube-scheduler will park because of this answer (a pod the cache has not
         seen yet counts as pending)."""
         if decision.rejects_everything and (not known or pod.pending):
-            self.core.parked.add(pod.uid)
+            self.retry.park(pod.uid)
         else:
-            self.core.parked.discard(pod.uid)
+            self.retry.unpark(pod.uid)
 
     def _note_declaration(self, key: str, decision: FilterDecision) -> None:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""
@@ -289,7 +289,7 @@ class Coordinator:
         # the rest come to filter on their own (a nudge is an apiserver write per member). A gang
         # placed on another's behalf (a repair) wakes all its members: it is rare.
         others = [pending[u] for u in placement.assignment if u != first_uid and u in self.cache.pods
-                  and (first_uid is None or u in self.core.parked)]
+                  and (first_uid is None or self.retry.is_parked(u))]
         self.core.requeue(state.key, others, "placement reserved")
 
     def _repair_partial_gangs(self, exclude: str) -> None:

@@ -166,10 +166,6 @@ class Core:
     observers: list[PhaseObserver] = field(default_factory=list)
     reporter: Reporter | None = None
     earmarks: Earmarks | None = None
-    # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with no
-    # node since their last attempt, or pending when Quorum (re)started. Only these need a nudge
-    # when their gang's placement is reserved; the others reach filter on their own.
-    parked: set[str] = field(default_factory=set)
 
     def note(self, state: GangState, reason: str, note: str, type_: str = NORMAL) -> None:
         """An Event about the gang (beyond its phase changes, which observers report)."""

@@ -68,7 +68,7 @@ class CacheReactions:
         if event.pod is not None and not core.ledger.is_inflight(event.key):
             self._release_overcommitted(event.pod.node_name, f"pod {event.pod.key} was bound there")
         core.ledger.clear_inflight(event.key)
-        core.parked.discard(event.key)
+        self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:
@@ -92,7 +92,7 @@ class CacheReactions:
     def _on_pod_removed(self, event: CacheEvent) -> None:
         core = self.core
         core.ledger.clear_inflight(event.key)
-        core.parked.discard(event.key)
+        self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:

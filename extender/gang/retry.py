@@ -40,6 +40,24 @@ class Retry:
         self._fits = fits
         self._recheck: asyncio.TimerHandle | None = None
         self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
+        # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with
+        # no node since their last attempt, or pending when Quorum (re)started. Only these need a
+        # nudge when their gang's placement is reserved; the others reach filter on their own.
+        self._parked: set[str] = set()
+
+    # ----------------------------------------------------------------- parked members
+    def park(self, uid: str) -> None:
+        self._parked.add(uid)
+
+    def unpark(self, uid: str) -> None:
+        self._parked.discard(uid)
+
+    def is_parked(self, uid: str) -> bool:
+        return uid in self._parked
+
+    def parked(self) -> frozenset[str]:
+        """Every member marked parked (for the invariants)."""
+        return frozenset(self._parked)
 
     # ----------------------------------------------------------------- bind deadline
     def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
@@ -74,7 +92,7 @@ class Retry:
     def nudge_gang(self, key: str, reason: str) -> None:
         """Wake a gang whose members were rejected for a reason that just went away: those Quorum
         turned away (the others were never parked because of Quorum, and come on their own)."""
-        parked = self.core.parked
+        parked = self._parked
         self.core.requeue(key, [m for m in self.core.pending_members(key) if m.uid in parked], reason)
 
     def nudge_waiting_after_sync(self) -> None:
@@ -83,7 +101,7 @@ class Retry:
         core = self.core
         for key in list(core.cache.gang_members):
             # The previous instance may have turned any of them away.
-            core.parked.update(m.uid for m in core.pending_members(key))
+            self._parked.update(m.uid for m in core.pending_members(key))
             spec = core.cache.gang_spec(key)
             if spec is not None and spec.is_gang and core.ledger.reserved_count(key):
                 continue
