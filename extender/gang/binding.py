@@ -16,7 +16,8 @@ from collections import OrderedDict
 from ..cluster.records import PodRecord
 from ..topology.placement import fits
 from .core import Core
-from .state import GangState, HeldBind
+from .state import GangState, HeldBind, drop_held, hold_bind, take_held
+from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -118,19 +119,16 @@ class Binder:
 
     async def _hold(self, state: GangState, pod: PodRecord, node: str) -> str:
         answer: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        previous = state.held.get(pod.uid)
+        previous = hold_bind(state, HeldBind(pod, node, answer))
         if previous is not None and not previous.answer.done():
             previous.answer.set_result("superseded by a newer bind call for the same pod")
-        state.held[pod.uid] = HeldBind(pod, node, answer)
         self.release_if_quorum(state)
         self.core.sync(state, f"gang {state.key}: {len(state.held)} member(s) waiting at bind")
         try:
             return await answer
         except asyncio.CancelledError:
             # kube-scheduler gave up on this call (HTTP timeout); it no longer waits for the pod.
-            current = state.held.get(pod.uid)
-            if current is not None and current.answer is answer:
-                del state.held[pod.uid]
+            if drop_held(state, pod.uid, answer):
                 self.core.sync(state, "a held bind call was abandoned by the scheduler")
             raise
 
@@ -171,11 +169,8 @@ class Binder:
         running = core.running_count(state.key)
         if len(state.held) + running < min_count:
             return
-        if state.deadline is not None:
-            state.deadline.cancel()
-            state.deadline = None
-        held = list(state.held.values())
-        state.held.clear()
+        core.timers.cancel(state.key, Deadline.BIND)
+        held = take_held(state)
         # Reserved members beyond quorum that have not reached bind become ordinary extras: they
         # keep no capacity they might never use.
         held_uids = {h.pod.uid for h in held}
@@ -207,7 +202,6 @@ class Binder:
             if isinstance(result, BaseException):
                 core.ledger.clear_inflight(h.pod.uid)
                 core.metrics.binds.labels("error").inc()
-                state.bind_failures += 1
                 message = str(result) or type(result).__name__
                 log.warning("gang member bind failed", extra={"gang": state.key, "pod": h.pod.key,
                                                                 "error": message})

@@ -23,16 +23,15 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ..cluster.cache import (
-    ClusterCache,
-)
+from ..cluster.cache import ClusterCache
+from ..cluster.cache_events import CacheEvent
 from ..cluster.records import GangSpec, PodRecord
 from ..config import Config
 from ..topology.placement import NoFit, Placement
 from ..topology.scoring import ScoreTable
 from . import debug, gates, preemption
 from .binding import Binder
-from .core import BindFailed, ClusterActions, Core, runs
+from .core import BindFailed, ClusterActions, Core
 from .displacement import Displacer
 from .gates import FilterDecision, GateInput, reject_all
 from .invariants import check_invariants
@@ -45,7 +44,8 @@ from .reactions import CacheReactions
 from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
-from .state import GangState, Phase
+from .started import StartedSignal
+from .state import ClaimEpoch, GangState, Phase, count_replan, see_declaration, set_reason
 from .telemetry import GangMetrics
 
 __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed", "ClusterActions",
@@ -54,25 +54,36 @@ __all__ = ["RECHECK_DELAY_SECONDS", "STALE_ANSWER_WINDOW_SECONDS", "BindFailed",
 log = logging.getLogger(__name__)
 
 
-class Coordinator(CacheReactions):
+class Coordinator:
     def __init__(self, config: Config, cache: ClusterCache, actions: ClusterActions, metrics: GangMetrics,
                  clock: Callable[[], float] = time.monotonic, strict: bool = False) -> None:
+        """The composition root: every part is given what it uses here, and every observer of
+        phase changes and of the cache is registered here, in the order they are told."""
         self.cache = cache
-        self.core = Core(config, cache, CapacityLedger(cache), actions, metrics, clock, strict)
-        self.planner = Planner(self.core)
-        self.binder = Binder(self.core)
-        self.retry = Retry(self.core, self._nofit_unchanged)
-        self.reporter = Reporter(self.core)
-        self.lifecycle = Lifecycle(self.core, self.retry)
-        self.queue = GangQueue(self.core)
-        self.displacer = Displacer(self.core, self.lifecycle, self.queue.priority_of)
-        if config.preemption.enabled:
-            self.queue.displacer = self.displacer
-        self.planner.queue_version = lambda: self.queue.version
-        self.scorer = Scorer(self.core, self._running_nodes)
-        self.provisioner = Provisioner(self.core, self.retry.schedule_recheck, self.reporter.nofit)
+        core = self.core = Core(config, cache, CapacityLedger(cache), actions, metrics, clock, strict)
+        claim_epoch = ClaimEpoch()  # the queue moves it, the planner's no-fit memo reads it
+        self.binder = Binder(core)
+        self.reporter = Reporter(core)
+        self.planner = Planner(core, claim_epoch)
+        self.retry = Retry(core, self.planner)
+        self.lifecycle = Lifecycle(core, self.retry, StartedSignal(core))
+        self.displacer = Displacer(core, self.lifecycle)
+        self.queue = GangQueue(core, self.displacer if config.preemption.enabled else None, claim_epoch)
+        self.scorer = Scorer(core)
+        self.provisioner = Provisioner(core, self.retry.schedule_recheck, self.reporter.nofit)
+        self.reactions = CacheReactions(core, self.binder, self.retry, self.lifecycle, self.provisioner,
+                                        self.queue, self._verify)
         self._verify_each_call = config.check_invariants
-        cache.listeners.append(self.on_cache_event)
+        core.reporter = self.reporter
+        core.earmarks = self.queue
+        core.observers.extend([self.reporter.phase_changed, self.lifecycle.on_phase,
+                               self.queue.phase_changed, self.provisioner.on_phase])
+        cache.scale_ups.on_change = self.provisioner.on_status
+        cache.listeners.append(self.reactions.on_cache_event)
+
+    def on_cache_event(self, event: CacheEvent) -> None:
+        """What the cache reports (the reactions part answers it)."""
+        self.reactions.on_cache_event(event)
 
     # ------------------------------------------------------------------ named queries
     def phase_of(self, gang: str) -> Phase | None:
@@ -112,7 +123,7 @@ class Coordinator(CacheReactions):
 
     def check_invariants(self) -> list[str]:
         """Every invariant violation now (empty when the core is consistent)."""
-        return check_invariants(self.core) + self.displacer.check()
+        return check_invariants(self.core, self.retry.parked()) + self.displacer.check()
 
     def _verify(self, after: str) -> None:
         """With debug.checkInvariants, check the core after every call and log what breaks."""
@@ -148,14 +159,14 @@ class Coordinator(CacheReactions):
                                               f"not {key}")
             if reservation.node in candidates:
                 # The common case of a reserved member: its node, with no state to change or sync.
-                self.core.parked.discard(pod.uid)
+                self.retry.unpark(pod.uid)
                 return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
         state = self.core.state(key)
         if spec is self.cache.gang_spec(key):
             if state.spec_seen is None:
                 self.lifecycle.adopt(state, spec)  # a requeue count or deactivation from before
-            state.spec_seen = spec
+            see_declaration(state, spec)
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
         self._note_answer(pod, known is not None, decision)
@@ -169,9 +180,9 @@ class Coordinator(CacheReactions):
         """Remember who kube-scheduler will park because of this answer (a pod the cache has not
         seen yet counts as pending)."""
         if decision.rejects_everything and (not known or pod.pending):
-            self.core.parked.add(pod.uid)
+            self.retry.park(pod.uid)
         else:
-            self.core.parked.discard(pod.uid)
+            self.retry.unpark(pod.uid)
 
     def _note_declaration(self, key: str, decision: FilterDecision) -> None:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""
@@ -183,7 +194,8 @@ class Coordinator(CacheReactions):
 
     def _run_gates(self, g: GateInput) -> FilterDecision:
         core = self.core
-        for gate in (gates.deactivated_gate, gates.running_gate, self._reservation_gate, gates.backoff_gate):
+        for gate in (gates.deactivated_gate, gates.running_gate, gates.already_bound_gate,
+                     self._reservation_gate, gates.backoff_gate):
             decision = gate(core, g)
             if decision is not None:
                 return decision
@@ -213,71 +225,73 @@ class Coordinator(CacheReactions):
         state, spec = g.state, g.spec
         error = self.planner.level_error(spec)
         if error:
-            state.reason = error
+            set_reason(state, error)
             return reject_all(g.candidates, error)
         self._repair_partial_gangs(exclude=state.key)
         pending = {m.uid: m for m in g.members if m.pending and not self.core.ledger.is_inflight(m.uid)}
         if g.pod.uid not in pending and not g.known:
             pending[g.pod.uid] = g.pod  # the cache has not seen this pod yet; place it from the request
-        bound_nodes = self._running_nodes(state.key)
-        candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
-        widened = candidates is not g.candidates  # by nodes the member itself was not offered
-        claim, candidates = self.queue.outside_claim(state.key, candidates)  # backfill
-        result = self.planner.plan(spec, pending, candidates, bound_nodes, g.pod.uid)
-        if isinstance(result, Placement) and widened:
-            result = replace(result, assignment=honour_nominations(result.assignment, pending,
-                                                                    set(g.candidates), g.pod.uid))
-        kept_off = claim is not None and isinstance(result, NoFit) and \
-            any(n in claim.nodes for n in g.candidates)
-        state.blocked_by = claim.gang if claim is not None and kept_off else ""
-        if claim is not None and isinstance(result, NoFit) and kept_off:
-            result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")
+        bound_nodes = self.core.running_nodes(state.key)
+        result = self._plan_backfill(g, pending, bound_nodes)
         if isinstance(result, NoFit):
-            asked = self.provisioner.on_nofit(state, spec, list(pending.values()),
-                                              spec.min_count - len(bound_nodes))
-            if asked:
-                result = NoFit(f"{result.reason}; {asked}")
-            state.reason = self.planner.remember_nofit(state, result, g.candidates)
-            self.retry.note_rejection(state)
-            if state.started and bound_nodes and spec.required_topology and \
-                    self.lifecycle.replace_outside(spec):
-                # Recovery: the survivors' domain cannot take the replacements; start afresh.
-                self.lifecycle.requeue(state, f"{state.reason}; re-placing the whole gang", "replace",
-                                       backoff=False)
-                return reject_all(g.candidates, state.reason)
-            self.reporter.nofit(state)
-            return reject_all(g.candidates, state.reason)
+            return self._answer_nofit(g, result, pending, bound_nodes)
         self._reserve(state, result, pending, spec.min_count - len(bound_nodes), first_uid=g.pod.uid)
         return FilterDecision(g.candidates, [result.assignment[g.pod.uid]])
+
+    def _plan_backfill(self, g: GateInput, pending: dict[str, PodRecord],
+                       bound_nodes: list[str]) -> Placement | NoFit:
+        """Plan the gang on the member's candidates (and its mates' nominated nodes), outside the
+        head-of-line claim it must keep off; a no-fit the claim caused says so."""
+        state = g.state
+        candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
+        widened = candidates is not g.candidates  # by nodes the member itself was not offered
+        self.queue.refresh()  # the queue's upkeep before a placement: the claim it must keep off
+        claim, candidates = self.queue.outside_claim(state.key, candidates)  # backfill
+        result = self.planner.plan(g.spec, pending, candidates, bound_nodes, g.pod.uid)
+        if isinstance(result, Placement):
+            if widened:
+                result = replace(result, assignment=honour_nominations(result.assignment, pending,
+                                                                        set(g.candidates), g.pod.uid))
+            self.queue.note_blocked(state, "")
+            return result
+        kept_off = claim is not None and any(n in claim.nodes for n in g.candidates)
+        self.queue.note_blocked(state, claim.gang if claim is not None and kept_off else "")
+        if claim is not None and kept_off:
+            result = NoFit(f"{result.reason}; {claim.reason(self.core.clock())}")
+        return result
+
+    def _answer_nofit(self, g: GateInput, result: NoFit, pending: dict[str, PodRecord],
+                      bound_nodes: list[str]) -> FilterDecision:
+        """Reject the member with why the gang does not fit, after asking the autoscaler for room;
+        a recovering gang whose survivors' domain cannot take its replacements starts afresh."""
+        state, spec = g.state, g.spec
+        asked = self.provisioner.on_nofit(state, spec, list(pending.values()),
+                                          spec.min_count - len(bound_nodes))
+        if asked:
+            result = NoFit(f"{result.reason}; {asked}")
+        set_reason(state, self.planner.remember_nofit(state, result, g.candidates))
+        self.retry.note_rejection(state)
+        if state.started and bound_nodes and spec.required_topology and \
+                self.lifecycle.replace_outside(spec):
+            # Recovery: the survivors' domain cannot take the replacements; start afresh.
+            self.lifecycle.requeue(state, f"{state.reason}; re-placing the whole gang", "replace",
+                                   backoff=False)
+            return reject_all(g.candidates, state.reason)
+        self.reporter.nofit(state)
+        return reject_all(g.candidates, state.reason)
 
     def _reserve(self, state: GangState, placement: Any, pending: dict[str, PodRecord], needed: int,
                  first_uid: str | None) -> None:
         self.planner.reserve(state, placement, pending, needed)
-        state.reason = ""
+        set_reason(state, "")
         self.retry.arm_deadline(state, self._deadline_passed)
         self.core.sync(state, f"gang {state.key}: reserved in {'/'.join(placement.domain) or 'cluster'}")
         # When a member's own filter placed the gang, only members kube-scheduler may have parked:
         # the rest come to filter on their own (a nudge is an apiserver write per member). A gang
         # placed on another's behalf (a repair) wakes all its members: it is rare.
         others = [pending[u] for u in placement.assignment if u != first_uid and u in self.cache.pods
-                  and (first_uid is None or u in self.core.parked)]
+                  and (first_uid is None or self.retry.is_parked(u))]
         self.core.requeue(state.key, others, "placement reserved")
-
-    def _running_nodes(self, key: str) -> list[str]:
-        """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.
-
-        A member on its way out (deleted, evicted, its node gone) pins nothing: replacements must
-        join the survivors, not the node that failed.
-        """
-        inflight = self.core.ledger.inflight()
-        evicting = self.core.gangs[key].evicting if key in self.core.gangs else set()
-        out = []
-        for m in self.cache.members(key):
-            if runs(m) and m.uid not in evicting and m.node_name in self.cache.nodes:
-                out.append(m.node_name)
-            elif m.uid in inflight:
-                out.append(inflight[m.uid])
-        return out
 
     def _repair_partial_gangs(self, exclude: str) -> None:
         """Reserve first for gangs that run with fewer than minCount members bound.
@@ -291,6 +305,7 @@ class Coordinator(CacheReactions):
         for spec, pending, bound_nodes in self.planner.partial_gangs(exclude):
             state = self.core.state(spec.key)
             by_uid = {m.uid: m for m in pending}
+            self.queue.refresh()
             _, nodes = self.queue.outside_claim(spec.key, list(self.cache.nodes))
             result = self.planner.plan(spec, by_uid, nodes, bound_nodes, None)
             if isinstance(result, NoFit):
@@ -302,11 +317,9 @@ class Coordinator(CacheReactions):
     def _replan(self, g: GateInput, node: str) -> FilterDecision:
         """kube-scheduler's own filters no longer accept the reserved node: place the gang again."""
         state = g.state
-        state.replans += 1
         reason = f"gang {state.key}: reserved node {node} no longer passes the scheduler's filters"
         self.core.release(state, reason, "replan")
-        if state.replans > self.core.config.gang.max_replans:
-            state.replans = 0
+        if count_replan(state, self.core.config.gang.max_replans):
             self.retry.back_off(state, f"{reason} after {self.core.config.gang.max_replans} re-plans")
             return reject_all(g.candidates, f"gang {state.key}: {state.reason}")
         g.members = self.cache.members(state.key)
@@ -316,7 +329,6 @@ class Coordinator(CacheReactions):
         state = self.core.gangs.get(key)
         if state is None:
             return
-        state.deadline = None
         if not self.core.ledger.reserved_count(key) or state.binds_in_flight:
             return
         spec = self.cache.gang_spec(key)
@@ -327,9 +339,6 @@ class Coordinator(CacheReactions):
         self.core.metrics.reservation_timeouts.inc()
         self.core.release(state, reason, "timeout")
         self.retry.back_off(state, reason)
-
-    def _nofit_unchanged(self, state: GangState) -> bool:
-        return state.nofit is not None and state.nofit.version == self.planner.fit_version(state.key)
 
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodRecord, candidates: list[str]) -> ScoreTable:
@@ -348,7 +357,7 @@ class Coordinator(CacheReactions):
         known = self.cache.pods.get(pod.uid)
         try:
             return preemption.gang_aware(self.core, self.queue, known or pod, victims,
-                                         lambda gang: self.retry.note_rejection(self.core.state(gang)))
+                                         self.retry.note_rejection_of)
         finally:
             self._verify("preempt")
 

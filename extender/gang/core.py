@@ -19,8 +19,20 @@ from ..cluster.records import GangHome, GangSpec, PodRecord
 from ..config import Config
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
-from .state import Claim, Facts, GangState, Phase, derive_phase, transition
+from .state import (
+    Claim,
+    Facts,
+    GangState,
+    Phase,
+    clear_reserved,
+    derive_phase,
+    end_backoff,
+    mark_started,
+    take_held,
+    transition,
+)
 from .telemetry import GangMetrics
+from .timers import Deadline, GangTimers
 
 
 class BindFailed(Exception):
@@ -106,6 +118,14 @@ def runs(member: PodRecord) -> bool:
     return member.holds_capacity and not member.deleting
 
 
+def gang_priority(cache: ClusterCache, key: str) -> int:
+    """A gang's place in line: its PodGroup's priority when set, else its pods' highest."""
+    spec = cache.gang_spec(key)
+    if spec is not None and spec.priority:
+        return spec.priority
+    return max((m.priority for m in cache.members(key)), default=0)
+
+
 class Earmarks(Protocol):
     """The head-of-line claim (``queue.GangQueue``), as the filter paths ask about it."""
 
@@ -141,14 +161,11 @@ class Core:
     strict: bool = False  # illegal transitions raise (tests) instead of being logged
     wall: Callable[[], float] = time.time  # for what outlives the process (PodGroup annotations)
     gangs: dict[str, GangState] = field(default_factory=dict)
+    timers: GangTimers = field(default_factory=GangTimers)
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     observers: list[PhaseObserver] = field(default_factory=list)
     reporter: Reporter | None = None
     earmarks: Earmarks | None = None
-    # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with no
-    # node since their last attempt, or pending when Quorum (re)started. Only these need a nudge
-    # when their gang's placement is reserved; the others reach filter on their own.
-    parked: set[str] = field(default_factory=set)
 
     def note(self, state: GangState, reason: str, note: str, type_: str = NORMAL) -> None:
         """An Event about the gang (beyond its phase changes, which observers report)."""
@@ -194,6 +211,22 @@ class Core:
         evicting = state.evicting if state is not None else ()
         bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
         return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name), evicting)
+
+    def running_nodes(self, key: str) -> list[str]:
+        """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.
+
+        A member on its way out (deleted, evicted, its node gone) pins nothing: replacements must
+        join the survivors, not the node that failed.
+        """
+        inflight = self.ledger.inflight()
+        evicting = self.gangs[key].evicting if key in self.gangs else set()
+        out = []
+        for m in self.cache.members(key):
+            if runs(m) and m.uid not in evicting and m.node_name in self.cache.nodes:
+                out.append(m.node_name)
+            elif m.uid in inflight:
+                out.append(inflight[m.uid])
+        return out
 
     def ready_count(self, key: str) -> int:
         """Running members whose Ready condition is True (what the readiness timeout waits for).
@@ -255,13 +288,11 @@ class Core:
         """Move the gang to the phase its facts imply (through the checked transition)."""
         target = derive_phase(self.facts(state))
         if target == Phase.BOUND:
-            state.started = True
+            mark_started(state, True)
             if state.backoff_until:
                 # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
-                state.backoff_until = 0.0
-                if state.backoff_timer is not None:
-                    state.backoff_timer.cancel()
-                    state.backoff_timer = None
+                end_backoff(state)
+                self.timers.cancel(state.key, Deadline.BACKOFF)
         source = state.phase
         transition(state, target, reason, strict=self.strict, count=self._count)
         if target != source:
@@ -278,16 +309,11 @@ class Core:
         freed = self.ledger.release_gang(state.key)
         if freed or state.held:
             self.metrics.reservation_releases.labels(metric_reason).inc()
-        for held in state.held.values():
+        for held in take_held(state):
             if not held.answer.done():
                 held.answer.set_result(reason)
-        state.held.clear()
-        if state.deadline is not None:
-            state.deadline.cancel()
-            state.deadline = None
-        state.domain = ()
-        state.min_count_reserved = 0
-        state.reason = reason
+        self.timers.cancel(state.key, Deadline.BIND)
+        clear_reserved(state, reason)
         if freed:
             self.wake_gangs_that_did_not_fit(exclude=state.key)
 
@@ -312,7 +338,7 @@ class Core:
             # A requeued gang between its evicted members and the owner's replacements: what it
             # must wait for, and its count, outlive the pods.
             return
-        state.cancel_timers()
+        self.timers.cancel_all(key)
         del self.gangs[key]
 
     def _count(self, source: Phase, target: Phase) -> None:

@@ -21,14 +21,12 @@ A gang any of whose pending members says ``preemptionPolicy: Never`` displaces n
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..cluster.records import PodRecord
-from ..topology.claims import ClaimNode
+from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import Member
 from ..topology.victims import Displacement, Unit, choose_victims
-from .core import Core, runs
+from .core import Core, gang_priority, runs
 from .effects import WARNING
 from .lifecycle import Lifecycle
 from .state import GangState
@@ -48,10 +46,9 @@ class UnderWay:
 
 
 class Displacer:
-    def __init__(self, core: Core, lifecycle: Lifecycle, priority_of: Callable[[str], int]) -> None:
+    def __init__(self, core: Core, lifecycle: Lifecycle) -> None:
         self.core = core
         self.lifecycle = lifecycle
-        self.priority_of = priority_of
         self.under_way: UnderWay | None = None
         self._searched: dict[str, float] = {}  # gang -> when a search last found nothing
 
@@ -76,7 +73,10 @@ class Displacer:
         work = self.under_way
         return work.victims if work is not None and work.gang == gang and self.busy() else frozenset()
 
-    def consider(self, state: GangState, snapshot: Callable[[], list[ClaimNode]]) -> Displacement | None:
+    def priority_of(self, key: str) -> int:
+        return gang_priority(self.core.cache, key)
+
+    def consider(self, state: GangState) -> Displacement | None:
         """Plan and start a displacement for the gang; the plan when one was started."""
         core = self.core
         if not self.enabled or self.busy():
@@ -85,27 +85,38 @@ class Displacer:
         if now - self._searched.get(state.key, -PLAN_INTERVAL_SECONDS) < PLAN_INTERVAL_SECONDS:
             return None
         spec = core.cache.gang_spec(state.key)
-        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
-        if spec is None or not pending or not all(m.preempts for m in pending):
-            return None
-        needed = max(1, spec.min_count - core.running_count(state.key))
-        if len(pending) < needed:
+        members = self._members_to_place(state.key, spec)
+        if spec is None or members is None:
             return None
         priority = self.priority_of(state.key)
-        members = [Member(m.uid, m.requests) for m in pending[:needed]]
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
-        plan = choose_victims(snapshot(), self._units(below=priority, exclude=state.key), members,
-                              len(core.config.levels), required)
+        units, unit_gangs = self._units(below=priority, exclude=state.key)
+        plan = choose_victims(core.ledger.claim_nodes(state.key), units, members, len(core.config.levels),
+                              required)
         if plan is None or not plan.units:
             self._searched[state.key] = now
             if len(self._searched) > 4096:
                 self._searched.clear()
             return None
-        self._execute(state, priority, plan)
+        self._execute(state, priority, plan, unit_gangs)
         return plan
 
-    def _units(self, below: int, exclude: str) -> list[Unit]:
-        """Running work of lower priority: each gang whole, each plain pod alone."""
+    def _members_to_place(self, key: str, spec: GangSpec | None) -> list[Member] | None:
+        """The pending members a displacement must make room for (enough for quorum), or None when
+        the gang cannot displace: not declared, nothing pending, too few, or a member that says
+        ``preemptionPolicy: Never``."""
+        core = self.core
+        pending = sorted((m for m in core.cache.members(key) if m.pending), key=lambda m: m.name)
+        if spec is None or not pending or not all(m.preempts for m in pending):
+            return None
+        needed = max(1, spec.min_count - core.running_count(key))
+        if len(pending) < needed:
+            return None
+        return [Member(m.uid, m.requests) for m in pending[:needed]]
+
+    def _units(self, below: int, exclude: str) -> tuple[list[Unit], dict[str, str]]:
+        """Running work of lower priority: each gang whole, each plain pod alone; and the gang of
+        each unit that is a gang (unit key -> gang key)."""
         core = self.core
         gangs: dict[str, list[PodRecord]] = {}
         units: list[Unit] = []
@@ -118,14 +129,17 @@ class Displacer:
                     gangs.setdefault(spec.key, []).append(pod)
             elif pod.priority < below:
                 units.append(Unit(f"pod {pod.key}", pod.priority, ((pod.uid, pod.node_name, pod.requests),)))
+        unit_gangs: dict[str, str] = {}
         for key, members in gangs.items():
             priority = self.priority_of(key)
             if priority < below:
+                unit_gangs[f"gang {key}"] = key
                 units.append(Unit(f"gang {key}", priority,
                                   tuple((m.uid, m.node_name, m.requests) for m in members)))
-        return units
+        return units, unit_gangs
 
-    def _execute(self, state: GangState, priority: int, plan: Displacement) -> None:
+    def _execute(self, state: GangState, priority: int, plan: Displacement,
+                 unit_gangs: dict[str, str]) -> None:
         core = self.core
         reason = f"preempted by gang {state.key} (priority {priority})"
         names = [u.key for u in plan.units]
@@ -138,8 +152,8 @@ class Displacer:
         pods = core.cache.pods
         for unit in plan.units:
             victims.update(uid for uid, _, _ in unit.pods)
-            if unit.key.startswith("gang "):
-                key = unit.key.removeprefix("gang ")
+            key = unit_gangs.get(unit.key)
+            if key is not None:
                 victim_gangs.add(key)
                 self.lifecycle.requeue(core.state(key), f"gang {key}: {reason}", "preempted", backoff=False,
                                        event="Preempted")

@@ -5,7 +5,9 @@ For a gang member, the gates run in this order and the first that decides answer
 1. ``declaration``: the gang's PodGroup must exist and its declaration must be valid; a ``basic``
    group is not a gang, so its pods schedule like any other. Then ``deactivated``: a gang past its
    requeue limit is rejected until it is reactivated.
-2. ``running``: a gang already at quorum takes further members as ordinary extras.
+2. ``running``: a gang already at quorum takes further members as ordinary extras. Then
+   ``already_bound``: a member the watch shows bound (or whose bind Quorum made) keeps its node;
+   kube-scheduler asks about it when its cache lags, e.g. when it retries a bind it got no answer to.
 3. ``reservation``: a reserved member is answered its reserved node (or the gang is re-planned
    when the scheduler's own filters no longer pass that node).
 4. ``backoff``: a gang backing off is rejected until the backoff ends.
@@ -25,7 +27,7 @@ from dataclasses import dataclass
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
 from .core import Core, alive_count
-from .state import GangState
+from .state import GangState, end_backoff
 
 
 class FilterDecision:
@@ -168,13 +170,28 @@ def running_gate(core: Core, g: GateInput) -> FilterDecision | None:
     return None
 
 
+def already_bound_gate(core: Core, g: GateInput) -> FilterDecision | None:
+    """A member that is no longer waiting for a node is never placed again: it passes only the node
+    it is bound on (a bound member that is not offered its node, or one that finished or is being
+    deleted, is rejected with the reason)."""
+    if not g.known or (g.pod.pending and not core.ledger.is_inflight(g.pod.uid)):
+        return None
+    node = g.pod.node_name or core.ledger.inflight_node(g.pod.uid)
+    if node and node in g.candidates:
+        return FilterDecision(g.candidates, [node])
+    if node:
+        return reject_all(g.candidates, f"pod {g.pod.key} is already bound to node {node}")
+    return reject_all(g.candidates, f"pod {g.pod.key} is not waiting for a node (finished, deleted "
+                                    f"or held by a scheduling gate)")
+
+
 def backoff_gate(core: Core, g: GateInput) -> FilterDecision | None:
     wait = g.state.backoff_until - core.clock()
     if wait > 0:
         return reject_all(g.candidates, f"gang {g.state.key}: {g.state.reason} ({wait:.0f}s left)")
     if g.state.backoff_until:
         # Over, but its timer has not fired yet (it runs on the loop's clock): end it here.
-        g.state.backoff_until = 0.0
+        end_backoff(g.state)
         core.sync(g.state, f"gang {g.state.key}: backoff over")
     return None
 

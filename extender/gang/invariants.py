@@ -6,12 +6,15 @@ configuration runs it after every request and logs any violation.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from .core import Core
 from .state import GangState, Phase
 
 
-def check_invariants(core: Core) -> list[str]:
-    """Every violation, as a sentence; an empty list means the core is consistent."""
+def check_invariants(core: Core, parked: Collection[str]) -> list[str]:
+    """Every violation, as a sentence; an empty list means the core is consistent. ``parked``:
+    the members marked as parked by kube-scheduler (``retry.Retry``)."""
     problems = core.ledger.check()
     problems += core.ledger.overcommitted()
     if core.earmarks is not None:
@@ -33,11 +36,11 @@ def check_invariants(core: Core) -> list[str]:
     for gang in core.ledger.gangs():
         if gang not in core.gangs:
             problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
-    problems += _pod_problems(core)
+    problems += _pod_problems(core, parked)
     return problems
 
 
-def _pod_problems(core: Core) -> list[str]:
+def _pod_problems(core: Core, parked: Collection[str]) -> list[str]:
     """Each pod counted once: in flight or reserved, never against a bind the cache shows; marked
     parked only while pending."""
     problems = []
@@ -47,7 +50,7 @@ def _pod_problems(core: Core) -> list[str]:
             problems.append(f"pod {pod.key}: counted in flight to {node} although the cache shows it bound")
         if core.ledger.reserved_node(uid) is not None:
             problems.append(f"pod {uid}: both reserved and in flight")
-    for uid in core.parked:
+    for uid in parked:
         pod = core.cache.pods.get(uid)
         if pod is not None and not pod.pending:
             problems.append(f"pod {pod.key}: marked as parked by kube-scheduler although it is not pending")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..cluster.cache import ClusterCache
 from ..cluster.records import PodRecord
 from ..cluster.resources import Resources, add_into, subtract_into
+from ..topology.claims import ClaimNode
 
 
 class DoubleReservation(RuntimeError):
@@ -160,6 +161,21 @@ class CapacityLedger:
     def is_inflight(self, uid: str) -> bool:
         return uid in self._inflight
 
+    def claim_nodes(self, gang: str) -> list[ClaimNode]:
+        """Every node with the capacity ``gang`` may use, as claims and displacements read it."""
+        out = []
+        for name, node in self.cache.nodes.items():
+            free = self.free(name, gang)
+            if free is not None:
+                out.append(ClaimNode(name, node.domains, node.allocatable, node.pods_allocatable,
+                                     free[0], free[1], node.ready))
+        return out
+
+    def inflight_node(self, uid: str) -> str:
+        """The node of the pod's bind in flight ("" when none)."""
+        entry = self._inflight.get(uid)
+        return entry[0] if entry is not None else ""
+
     def inflight(self) -> dict[str, str]:
         return {uid: node for uid, (node, _) in self._inflight.items()}
 
@@ -254,20 +270,24 @@ class CapacityLedger:
         Only nodes with reservations: capacity Quorum promised must exist. Pods already bound or
         being bound can exceed a node that shrank afterwards; that is the kubelet's to resolve.
         """
-        out: list[str] = []
-        for name in sorted(self._on_node):
-            free = self.free(name, None)
-            if free is None:
-                continue
-            resources, pods_free = free
-            short = sorted(r for r, amount in resources.items() if amount < 0)
-            if short or pods_free < 0:
-                out.append(f"node {name} over-committed ({', '.join(short) or 'pods'})")
-        return out
+        return [f"node {name} over-committed ({', '.join(short) or 'pods'})"
+                for name in sorted(self._on_node) if (short := self.short_on(name)) is not None]
+
+    def short_on(self, node: str) -> list[str] | None:
+        """The resources a node with reservations is over-committed in (empty: pod slots only);
+        None when it is not over-committed (or holds no reservation, or is gone)."""
+        if node not in self._on_node:
+            return None
+        free = self.free(node, None)
+        if free is None:
+            return None
+        resources, pods_free = free
+        short = sorted(r for r, amount in resources.items() if amount < 0)
+        return short if short or pods_free < 0 else None
 
     def overcommitted_nodes(self) -> list[str]:
         """The reserved nodes that ``overcommitted`` names."""
-        return [problem.split(" ", 2)[1] for problem in self.overcommitted()]
+        return [name for name in sorted(self._on_node) if self.short_on(name) is not None]
 
 
 def _nonzero(resources: Resources) -> Resources:

@@ -31,7 +31,8 @@ from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
 from .retry import Retry
 from .started import StartedSignal
-from .state import GangState, Phase
+from .state import GangState, Phase, mark_started
+from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +41,12 @@ EVICTION_RETRY_SECONDS = 5.0
 
 
 class Lifecycle:
-    def __init__(self, core: Core, retry: Retry, rand: Callable[[], float] = random.random) -> None:
+    def __init__(self, core: Core, retry: Retry, started_signal: StartedSignal,
+                 rand: Callable[[], float] = random.random) -> None:
         self.core = core
         self.retry = retry
         self._rand = rand
-        self.started_signal = StartedSignal(core)
-        core.observers.append(self.on_phase)
+        self.started_signal = started_signal
 
     # ------------------------------------------------------------------ settings
     def ready_timeout(self, spec: GangSpec | None) -> float:
@@ -72,23 +73,23 @@ class Lifecycle:
     # ------------------------------------------------------------------ phase changes
     def on_phase(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         """Arm and disarm the readiness and recovery deadlines as the gang moves."""
+        timers = self.core.timers
         if target == Phase.BOUND:
-            self._cancel(state, recovery=True)
+            timers.cancel(state.key, Deadline.RECOVERY)
             state.recovering_since = 0.0
             self.review(state.key, sync=False)
-            if not state.pods_ready and state.ready_timer is None:
+            if not state.pods_ready and not timers.armed(state.key, Deadline.READY):
                 self._arm_ready(state)
         elif target == Phase.RECOVERING:
             if not state.recovering_since:
                 state.recovering_since = self.core.clock()
                 log.info("gang recovering", extra={"gang": state.key, "reason": reason})
             timeout = self.recovery_timeout(self.core.cache.gang_spec(state.key))
-            if timeout and state.recovery_timer is None:
-                state.recovery_timer = asyncio.get_running_loop().call_later(
-                    timeout, self._recovery_expired, state.key)
+            if timeout and not timers.armed(state.key, Deadline.RECOVERY):
+                timers.arm(state.key, Deadline.RECOVERY, timeout, self._recovery_expired)
         elif target in (Phase.BACKOFF, Phase.DEACTIVATED, Phase.PENDING, Phase.WAITING_FOR_MEMBERS):
             if not state.started:
-                self._cancel(state, ready=True, recovery=True)
+                timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
                 state.recovering_since = 0.0
 
     def review(self, key: str, sync: bool = True) -> None:
@@ -108,12 +109,12 @@ class Lifecycle:
         members = core.cache.members(key)
         if any(m.succeeded for m in members):
             state.completing = True
-            self._cancel(state, ready=True, recovery=True)
+            core.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
         spec = core.cache.gang_spec(key)
         min_count = core.min_count(state, spec)
         if not state.pods_ready and min_count and core.ready_count(key) >= min_count:
             state.pods_ready = True
-            self._cancel(state, ready=True)
+            core.timers.cancel(key, Deadline.READY)
             log.info("gang pods ready", extra={"gang": key})
             core.note(state, "PodsReady", f"gang {key}: {min_count} members Ready")
         self.started_signal.review(state)
@@ -122,26 +123,11 @@ class Lifecycle:
     def _arm_ready(self, state: GangState) -> None:
         timeout = self.ready_timeout(self.core.cache.gang_spec(state.key))
         if timeout > 0:
-            state.ready_timer = asyncio.get_running_loop().call_later(timeout, self._ready_expired, state.key)
-
-    def _cancel(self, state: GangState, ready: bool = False, recovery: bool = False) -> None:
-        if ready and state.ready_timer is not None:
-            state.ready_timer.cancel()
-            state.ready_timer = None
-        if recovery and state.recovery_timer is not None:
-            state.recovery_timer.cancel()
-            state.recovery_timer = None
-
-    def _fired(self, key: str, timer: str) -> GangState | None:
-        """The gang whose deadline fired (its timer handle cleared), if Quorum still tracks it."""
-        state = self.core.gangs.get(key)
-        if state is not None:
-            setattr(state, timer, None)
-        return state
+            self.core.timers.arm(state.key, Deadline.READY, timeout, self._ready_expired)
 
     def _ready_expired(self, key: str) -> None:
         core = self.core
-        state = self._fired(key, "ready_timer")
+        state = core.gangs.get(key)
         if state is None or not state.started or state.pods_ready or state.completing:
             return
         spec = core.cache.gang_spec(key)
@@ -152,7 +138,7 @@ class Lifecycle:
 
     def _recovery_expired(self, key: str) -> None:
         core = self.core
-        state = self._fired(key, "recovery_timer")
+        state = core.gangs.get(key)
         if state is None or state.phase not in (Phase.RECOVERING, Phase.BINDING) or not state.started:
             return
         timeout = self.recovery_timeout(core.cache.gang_spec(key))
@@ -177,8 +163,9 @@ class Lifecycle:
         victims += core.ledger.unseen_members(state.key)
         self.evict(victims, reason)  # marked at once: from here they no longer count as running
         core.release(state, reason, "requeue")
-        self._cancel(state, ready=True, recovery=True)
-        state.started = state.pods_ready = False
+        core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
+        mark_started(state, False)
+        state.pods_ready = False
         self.started_signal.reset(state)
         state.recovering_since = 0.0
         limit = core.config.lifecycle.backoff_limit_count
@@ -326,10 +313,11 @@ class Lifecycle:
 
     def forget_start(self, state: GangState) -> None:
         """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
-        state.started = state.pods_ready = state.completing = False
+        mark_started(state, False)
+        state.pods_ready = state.completing = False
         self.started_signal.reset(state)
         state.recovering_since = 0.0
-        self._cancel(state, ready=True, recovery=True)
+        self.core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
 
     def _reactivate(self, state: GangState, why: str) -> None:
         state.deactivated = ""

@@ -16,7 +16,7 @@ from ..topology.apart import resolve_apart
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slices import place_sliced
 from .core import Core
-from .state import GangState, NoFitMemo
+from .state import ClaimEpoch, GangState, NoFitMemo, note_reserved
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,16 @@ def _short_of(minimum: tuple[tuple[str, int], ...], nodes: list[CandidateNode]) 
     return ""
 
 
+def _attempts(pending: Mapping[str, PodRecord], first_uid: str | None, needed: int) -> list[list[PodRecord]]:
+    """The groups to place, in turn: every pending member (the filtered one first), then just
+    enough for quorum."""
+    ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
+    attempts = [ordered]
+    if 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
+        attempts.append(ordered[:needed])
+    return attempts
+
+
 def fingerprint(candidates: list[str]) -> tuple[int, int]:
     """Identifies a set of node names whatever their order (kube-scheduler's varies between calls).
 
@@ -71,11 +81,11 @@ def fingerprint(candidates: list[str]) -> tuple[int, int]:
 
 
 class Planner:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, claims: ClaimEpoch) -> None:
         self.core = core
         self.level_names = tuple(level.name for level in core.config.levels)
         self.level_labels = tuple(level.node_label for level in core.config.levels)
-        self.queue_version: Callable[[], int] = lambda: 0  # claims made or released (queue.py)
+        self._claims = claims
 
     def level(self, ref: str | None) -> int | None:
         return None if ref is None else self.core.config.level_index(ref)
@@ -100,7 +110,11 @@ class Planner:
         pending = [m for m in core.cache.members(key) if m.pending]
         nominated = hash(frozenset(m.nominated_node for m in pending if m.nominated_node))
         return (core.cache.capacity_version, core.ledger.reservation_version, core.ledger.inflight_version,
-                len(pending), spec.min_count if spec else 0, self.queue_version(), nominated)
+                len(pending), spec.min_count if spec else 0, self._claims.value, nominated)
+
+    def nofit_unchanged(self, state: GangState) -> bool:
+        """Whether the gang's last no-fit still holds (nothing it depends on moved)."""
+        return state.nofit is not None and state.nofit.version == self.fit_version(state.key)
 
     def memo_answer(self, state: GangState, candidates: list[str]) -> str | None:
         memo = state.nofit
@@ -144,27 +158,17 @@ class Planner:
         """Place the pending members (all of them, else just enough for quorum). Pure: no state."""
         required = self.level(spec.required_topology)
         preferred = self.level(spec.preferred_topology)
-        within: tuple[int, str] | None = None
-        if required is not None and bound_nodes:
-            # Members already running pin the domain the rest must join.
-            first = self.core.cache.nodes.get(bound_nodes[0])
-            if first is not None and first.paths[required]:
-                within = (required, first.paths[required])
         constrained = required is not None or preferred is not None or spec.slice_topology is not None
-        nodes = self.candidates(candidates, spec.key, within, labelled_only=constrained, freed=freed)
-        needed = spec.min_count - len(bound_nodes)
+        nodes = self.candidates(candidates, spec.key, self._pinned_domain(required, bound_nodes),
+                                labelled_only=constrained, freed=freed)
         if spec.min_resources and not bound_nodes:
             short = _short_of(spec.min_resources, nodes)
             if short:
                 return NoFit(short)
-        ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
-        attempts = [ordered]
-        if 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
-            attempts.append(ordered[:needed])
         slices = self.level(spec.slice_topology)
         apart = resolve_apart(pending.values(), self.level_labels, bound_nodes, self.core.cache.nodes)
         result: Placement | NoFit = NoFit("no members to place")
-        for group in attempts:
+        for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes)):
             members = [Member(m.uid, m.requests) for m in group]
             if slices is not None and spec.slice_size and not bound_nodes:
                 # Slices shape a placement from scratch; replacements for lost members of a running
@@ -176,6 +180,15 @@ class Planner:
             if isinstance(result, Placement):
                 break
         return result
+
+    def _pinned_domain(self, required: int | None, bound_nodes: list[str]) -> tuple[int, str] | None:
+        """The required domain members already running pin (the rest must join them), if any."""
+        if required is None or not bound_nodes:
+            return None
+        first = self.core.cache.nodes.get(bound_nodes[0])
+        if first is not None and first.paths[required]:
+            return required, first.paths[required]
+        return None
 
     @staticmethod
     def with_mates_nominations(candidates: list[str], pending: Mapping[str, PodRecord],
@@ -208,8 +221,7 @@ class Planner:
         ledger = self.core.ledger
         for uid, node in placement.assignment.items():
             ledger.reserve(state.key, uid, node, pending[uid].requests)
-        state.domain = placement.domain
-        state.min_count_reserved = needed
+        note_reserved(state, placement.domain, needed)
         state.nofit = None
         self.core.metrics.placements.labels("fit").inc()
         log.info("gang reserved", extra={"gang": state.key, "members": len(placement.assignment),
@@ -221,30 +233,52 @@ class Planner:
         Members whose bind succeeded but that the watch has not shown bound yet count as bound:
         a gang that just reached quorum is not partial.
         """
-        core = self.core
         out: list[tuple[GangSpec, list[PodRecord], list[str]]] = []
-        for key in list(core.cache.gang_members):
-            state = core.gangs.get(key)
-            if key == exclude or core.ledger.reserved_count(key):
+        for key in list(self.core.cache.gang_members):
+            spec = self._repairable_spec(key, exclude)
+            if spec is None:
                 continue
-            if state is not None and (state.held or state.binds_in_flight or
-                                      state.backoff_until > core.clock()):
-                continue
-            spec = core.cache.gang_spec(key)
-            if spec is None or not spec.is_gang or spec.min_count < 1 or spec.problem:
-                continue
-            members = core.cache.members(key)
-            inflight = core.ledger.inflight()
-            nodes = core.cache.nodes  # running members on nodes that exist (inlined: all gangs' members)
-            bound_nodes = [m.node_name for m in members
-                           if m.node_name and not m.terminal and not m.deleting and m.node_name in nodes]
-            bound_nodes += [inflight[m.uid] for m in members if m.uid in inflight and not m.node_name]
-            if not bound_nodes or len(bound_nodes) >= spec.min_count:
-                continue
-            pending = [m for m in members if m.pending and m.uid not in inflight]
-            if len(pending) < spec.min_count - len(bound_nodes):
-                continue
-            if state is not None and state.nofit is not None and state.nofit.version == self.fit_version(key):
-                continue
-            out.append((spec, pending, bound_nodes))
+            partial = self._partly_bound(spec)
+            if partial is not None:
+                out.append((spec, *partial))
         return out
+
+    def _bound_nodes(self, members: list[PodRecord], inflight: Mapping[str, str]) -> list[str]:
+        """Nodes of the members bound (on nodes that exist, not finished or leaving) or whose bind
+        is in flight (inlined, not ``runs``: it is asked of every gang's members)."""
+        nodes = self.core.cache.nodes
+        bound_nodes = [m.node_name for m in members
+                       if m.node_name and not m.terminal and not m.deleting and m.node_name in nodes]
+        bound_nodes += [inflight[m.uid] for m in members if m.uid in inflight and not m.node_name]
+        return bound_nodes
+
+    def _repairable_spec(self, key: str, exclude: str) -> GangSpec | None:
+        """The gang's declaration when it is a valid gang nothing else is completing: not reserved,
+        holding no binds, not backing off (None otherwise)."""
+        core = self.core
+        if key == exclude or core.ledger.reserved_count(key):
+            return None
+        state = core.gangs.get(key)
+        if state is not None and (state.held or state.binds_in_flight or state.backoff_until > core.clock()):
+            return None
+        spec = core.cache.gang_spec(key)
+        if spec is None or not spec.is_gang or spec.min_count < 1 or spec.problem:
+            return None
+        return spec
+
+    def _partly_bound(self, spec: GangSpec) -> tuple[list[PodRecord], list[str]] | None:
+        """(pending members, nodes of the bound ones) of a gang bound short of minCount that has
+        enough pending members to complete it and no no-fit still holding; None otherwise."""
+        core, key = self.core, spec.key
+        members = core.cache.members(key)
+        inflight = core.ledger.inflight()
+        bound_nodes = self._bound_nodes(members, inflight)
+        if not bound_nodes or len(bound_nodes) >= spec.min_count:
+            return None
+        pending = [m for m in members if m.pending and m.uid not in inflight]
+        if len(pending) < spec.min_count - len(bound_nodes):
+            return None
+        state = core.gangs.get(key)
+        if state is not None and self.nofit_unchanged(state):
+            return None
+        return pending, bound_nodes

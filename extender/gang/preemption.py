@@ -55,17 +55,26 @@ def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims,
         # cannot be judged, so nothing is evicted for it; kube-scheduler tries again later.
         ask_again(gang)
         return _refused(core, gang, "its gang is not known yet")
-    if not spec.is_gang or spec.problem or spec.min_count < 1:
-        return kept
-    if core.running_count(gang) >= spec.min_count:
-        return kept  # an extra member of a running gang preempts like any pod
+    if not spec.is_gang or spec.problem or spec.min_count < 1 or core.running_count(gang) >= spec.min_count:
+        return kept  # not a gang, or an extra member of a running gang: it preempts like any pod
     if not core.config.preemption.enabled:
         return _refused(core, gang, "whole-gang preemption is off")
-    members = core.cache.members(gang)
-    alive = sum(1 for m in members if m.pending or runs(m)) + (0 if pod.uid in core.cache.pods else 1)
-    if alive < spec.min_count:
+    if not _complete(core, pod, gang, spec.min_count):
         ask_again(gang)
         return _refused(core, gang, "the gang is not complete")
+    return _in_plan(core, queue, gang, victims)
+
+
+def _complete(core: Core, pod: PodRecord, gang: str, min_count: int) -> bool:
+    """Whether minCount members exist (pending or running; the preemptor counts itself when the
+    watch has not delivered it)."""
+    members = core.cache.members(gang)
+    alive = sum(1 for m in members if m.pending or runs(m)) + (0 if pod.uid in core.cache.pods else 1)
+    return alive >= min_count
+
+
+def _in_plan(core: Core, queue: GangQueue, gang: str, victims: Victims) -> Victims:
+    """The proposed victims Quorum's own displacement for the gang is evicting."""
     state = core.state(gang)
     core.sync(state)
     wanted = queue.displace(gang)

@@ -37,7 +37,7 @@ from ..cluster.records import GangSpec, PodRecord
 from ..topology.model import fits, format_resources
 from .core import Core
 from .serial import InOrder
-from .state import GangState, Phase
+from .state import GangState, Phase, set_reason
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +69,6 @@ class Provisioner:
         self.refused: dict[str, dict[str, tuple[str, float]]] = {}
         self._writes = InOrder()  # a gang's request writes, one at a time
         self._timers: dict[str, asyncio.TimerHandle] = {}  # gang key -> when refusals expire
-        core.observers.append(self.on_phase)
-        core.cache.scale_ups.on_change = self.on_status
 
     @property
     def enabled(self) -> bool:
@@ -87,28 +85,14 @@ class Provisioner:
         key = state.key
         namespace = key.split("/", 1)[0]
         name = consumed or _request_name(key)
-        found = self.core.cache.scale_ups.requests.get(f"{namespace}/{name}")
-        if key not in self.requests and found is not None and not found.ours:
-            return f"its pods consume ProvisioningRequest {name} ({found.state or 'not answered yet'})"
-        open_request = self.requests.get(key)
-        if open_request is not None:
-            status = self.core.cache.scale_ups.requests.get(open_request.key)
-            if status is None or status.state != "Failed":
-                answer = status.state if status is not None and status.state else "not answered yet"
-                return f"{_asked(open_request, pending[0])} ({answer})"
-            self.refused.setdefault(key, {})[open_request.domain] = (status.message, self.core.clock())
-            self.withdraw(key)
+        answer = self._foreign_request(key, namespace, name) or self._open_request_answer(key, pending[0])
+        if answer:
+            return answer
         chosen = self._least_missing(level, pending[0], need, self._refused_now(key))
-        if chosen is not None and chosen[1] < 1:
-            return ""  # it fits there by capacity: what keeps it out is not the autoscaler's to fix
-        what = f" in any {self.core.config.levels[level].name}" if level is not None else ""
         if chosen is None:
-            refused = self.refused.get(key)
-            if not refused:
-                return ""
-            self._ask_again_later(key)
-            said = "; ".join(f"{d or 'cluster'}: {why}" for d, (why, _) in sorted(refused.items()))
-            return f"the autoscaler cannot add it{what} ({said})"
+            return self._refused_everywhere(key, level)
+        if chosen[1] < 1:
+            return ""  # it fits there by capacity: what keeps it out is not the autoscaler's to fix
         if consumed:
             # The autoscaler still packs pods that consume a request onto free nodes when it
             # simulates, wherever they are, and may count the domain's free nodes against the
@@ -117,6 +101,38 @@ class Provisioner:
             # removes once the gang has bound and the request is gone.
             chosen = (chosen[0], need)
         return self._ask(state, namespace, name, level, chosen, pending[0])
+
+    def _foreign_request(self, key: str, namespace: str, name: str) -> str:
+        """The state of a request of that name Quorum did not make, which the gang's pods consume
+        ("" when there is none: Quorum's own, or none at all)."""
+        found = self.core.cache.scale_ups.requests.get(f"{namespace}/{name}")
+        if key not in self.requests and found is not None and not found.ours:
+            return f"its pods consume ProvisioningRequest {name} ({found.state or 'not answered yet'})"
+        return ""
+
+    def _open_request_answer(self, key: str, member: PodRecord) -> str:
+        """What the gang's open request says ("" when it has none, or the autoscaler refused it:
+        then the refusal is remembered for its domain and the request withdrawn)."""
+        open_request = self.requests.get(key)
+        if open_request is None:
+            return ""
+        status = self.core.cache.scale_ups.requests.get(open_request.key)
+        if status is None or status.state != "Failed":
+            answer = status.state if status is not None and status.state else "not answered yet"
+            return f"{_asked(open_request, member)} ({answer})"
+        self.refused.setdefault(key, {})[open_request.domain] = (status.message, self.core.clock())
+        self.withdraw(key)
+        return ""
+
+    def _refused_everywhere(self, key: str, level: int | None) -> str:
+        """Every domain left was refused lately: say so (and ask again once refusals expire)."""
+        refused = self.refused.get(key)
+        if not refused:
+            return ""
+        self._ask_again_later(key)
+        what = f" in any {self.core.config.levels[level].name}" if level is not None else ""
+        said = "; ".join(f"{d or 'cluster'}: {why}" for d, (why, _) in sorted(refused.items()))
+        return f"the autoscaler cannot add it{what} ({said})"
 
     def _ask(self, state: GangState, namespace: str, name: str, level: int | None,
              chosen: tuple[str, int], member: PodRecord) -> str:
@@ -192,7 +208,7 @@ class Provisioner:
         state = self.core.state(key)
         asked = self.on_nofit(state, spec, pending, spec.min_count - self.core.cache.bound_count(key))
         if asked and asked not in state.reason:
-            state.reason = f"no node can take it now; {asked}"
+            set_reason(state, f"no node can take it now; {asked}")
             self.core.sync(state)
             if self._report is not None:
                 self._report(state)

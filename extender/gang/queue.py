@@ -21,11 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ..topology.claims import ClaimDomain, ClaimNode, choose_claim, copies, envelope
+from ..topology.claims import ClaimDomain, choose_claim, copies, envelope
 from ..topology.placement import Member
-from .core import Core
+from .core import Core, gang_priority
 from .displacement import Displacer
-from .state import Claim, GangState, Phase
+from .state import Claim, ClaimEpoch, GangState, Phase
 
 log = logging.getLogger(__name__)
 
@@ -38,10 +38,11 @@ UNUSED_CLAIM_PAUSE_SECONDS = 300.0
 
 
 class GangQueue:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, displacer: Displacer | None, epoch: ClaimEpoch) -> None:
         self.core = core
+        self.displacer = displacer  # whole-gang preemption, when configured
         self.claim: Claim | None = None
-        self.version = 0  # moves whenever a claim is made or released (part of a no-fit's key)
+        self._epoch = epoch
         self._order: list[str] = []
         self._priority: dict[str, int] = {}
         self._dirty = True
@@ -49,19 +50,13 @@ class GangQueue:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due = 0.0
         self._impossible: dict[str, float] = {}  # gang -> when no domain could hold it
-        self.displacer: Displacer | None = None  # whole-gang preemption, when configured
         self._unused: dict[str, float] = {}  # gang -> when it left a claim unused
         self._room_since = 0.0  # since when the claimed domain has had room for its gang (0: no room)
         self._room_checked = (-1, -1, -1)  # capacity, reservation and in-flight versions checked
-        core.observers.append(self._phase_changed)
-        core.earmarks = self
 
     # ------------------------------------------------------------------ order
     def priority_of(self, key: str) -> int:
-        spec = self.core.cache.gang_spec(key)
-        if spec is not None and spec.priority:
-            return spec.priority
-        return max((m.priority for m in self.core.cache.members(key)), default=0)
+        return gang_priority(self.core.cache, key)
 
     def order(self) -> list[str]:
         """Waiting gangs, first first."""
@@ -85,7 +80,7 @@ class GangQueue:
             for key in [k for k in memo if k not in self._priority]:
                 del memo[key]
 
-    def _phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
+    def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         if target == Phase.PENDING and not state.queued_since:
             state.queued_since = self.core.clock()
         elif target == Phase.BOUND:
@@ -97,11 +92,18 @@ class GangQueue:
             self._release(f"gang {state.key} is {target}")
         self._refresh_soon()
 
+    def note_blocked(self, state: GangState, by: str) -> None:
+        """The claim that kept the gang from a placement last time ("" when none did)."""
+        state.blocked_by = by
+
     # ------------------------------------------------------------------ the claim
     def blocking(self, gang: str | None, priority: int) -> Claim | None:
         """The claim a pod must keep off: not its own gang's, not when it ranks above the holder,
-        and never for a gang that already ran (its replacements rejoin it)."""
-        self.refresh()
+        and never for a gang that already ran (its replacements rejoin it).
+
+        A read: it answers from the claim as it stands. Making and releasing claims (requeues,
+        Events, evictions) is ``refresh``'s work, run by a gang's filter call, a cache event or the
+        queue's timer, never by a question."""
         claim = self.claim
         if claim is None or gang == claim.gang or priority > claim.priority:
             return None
@@ -113,13 +115,27 @@ class GangQueue:
 
     def outside_claim(self, gang: str, candidates: list[str]) -> tuple[Claim | None, list[str]]:
         """The claim the gang must keep off (None when none) and the candidates outside it: what a
-        gang the claim outranks may use (backfill), whether its own member asks or it is repaired."""
+        gang the claim outranks may use (backfill), whether its own member asks or it is repaired.
+        A read, like ``blocking``."""
         claim = self.blocking(gang, self.priority_of(gang))
         return claim, candidates if claim is None else keep_off(claim, candidates)
 
     def refresh(self) -> None:
-        """Bring the order and the claim up to date (cheap when nothing changed)."""
+        """Bring the order and the claim up to date (cheap when nothing changed): the queue's
+        upkeep, which may make or release a claim (nudging members, writing Events) and start a
+        displacement (evictions)."""
         self._soon = False
+        head = self._settle_claim()
+        if self.claim is not None or head is None or not self.core.config.starvation.enabled:
+            return
+        state = self.core.gangs[head]
+        if self.displacer is not None and state.nofit is not None and self._displace(state):
+            return
+        self._claim_when_due(head, state)
+
+    def _settle_claim(self) -> str | None:
+        """Release the claim if its gang is gone, is no longer first or left it unused; let a claim
+        still waiting for capacity preempt for its gang. The head of the queue (None: none)."""
         core = self.core
         if self.claim is not None and self.claim.gang not in core.gangs:
             self._release(f"gang {self.claim.gang} is gone")
@@ -129,15 +145,16 @@ class GangQueue:
             self._release(f"gang {head} is now first in the queue" if head else "no gang waits")
         if self.claim is not None and self._check_unused(self.claim):
             head = self._head()
-        settings = core.config.starvation
         if head is not None and self.claim is not None and self.claim.gang == head and \
                 self.displacer is not None and core.gangs[head].nofit is not None:
             self._displace(core.gangs[head])  # a claim waiting for capacity may preempt for it
-        if self.claim is not None or head is None or not settings.enabled:
-            return
-        state = core.gangs[head]
-        if self.displacer is not None and state.nofit is not None and self._displace(state):
-            return
+        return head
+
+    def _claim_when_due(self, head: str, state: GangState) -> None:
+        """Claim for the head now if it has waited long enough (or outranks every other waiting
+        gang and does not fit), else arm the timer for when it will have."""
+        core = self.core
+        settings = core.config.starvation
         due = state.queued_since + settings.claim_after_seconds
         now = core.clock()
         # Priority claims at once, but only a gang known not to fit (one that fits is about to be
@@ -154,14 +171,23 @@ class GangQueue:
         left a claim unused."""
         now = self.core.clock()
         for key in self._order:
-            since = self._impossible.get(key)
-            if since is not None and now - since < IMPOSSIBLE_RECHECK_SECONDS:
-                continue
-            since = self._unused.get(key)
-            if since is not None and now - since < UNUSED_CLAIM_PAUSE_SECONDS:
+            left = self._paused_for(key, now)
+            if left > 0:
+                self._arm(left)  # it may claim again then, whether or not anything else happens
                 continue
             return key
         return None
+
+    def _paused_for(self, key: str, now: float) -> float:
+        """Seconds the gang is still kept from claiming (0: it may claim)."""
+        left = 0.0
+        since = self._impossible.get(key)
+        if since is not None:
+            left = max(left, IMPOSSIBLE_RECHECK_SECONDS - (now - since))
+        since = self._unused.get(key)
+        if since is not None:
+            left = max(left, UNUSED_CLAIM_PAUSE_SECONDS - (now - since))
+        return left
 
     def _check_unused(self, claim: Claim) -> bool:
         """Give up a claim whose domain has had room for its gang for a while, unused (True)."""
@@ -177,6 +203,8 @@ class GangQueue:
                 self._room_since = 0.0
             elif not self._room_since:
                 self._room_since = now
+        if self._room_since and now - self._room_since < UNUSED_CLAIM_SECONDS:
+            self._arm(self._room_since + UNUSED_CLAIM_SECONDS - now)  # given up then if still unused
         if self._room_since and now - self._room_since >= UNUSED_CLAIM_SECONDS:
             self._unused[claim.gang] = now
             self._dirty = True
@@ -209,7 +237,7 @@ class GangQueue:
     def _displace(self, state: GangState) -> bool:
         """Start a displacement for the gang; True when one started (its domain is then claimed)."""
         assert self.displacer is not None
-        plan = self.displacer.consider(state, lambda: self._snapshot(state.key))
+        plan = self.displacer.consider(state)
         if plan is None:
             return False
         if self.claim is not None:
@@ -231,7 +259,7 @@ class GangQueue:
             return
         members = self._members(state)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
-        choice = choose_claim(self._snapshot(state.key), members, len(core.config.levels), required)
+        choice = choose_claim(core.ledger.claim_nodes(state.key), members, len(core.config.levels), required)
         if choice is None:
             self._impossible[state.key] = core.clock()
             self._dirty = True
@@ -250,7 +278,7 @@ class GangQueue:
                            level, "/".join(choice.domain), nodes, choice.missing, frozenset(holders),
                            envelope(members), len(members))
         self._room_since, self._room_checked = 0.0, (-1, -1, -1)
-        self.version += 1
+        self._epoch.value += 1
         core.metrics.claims.labels("made").inc()
         note = (f"earmarked {level} {self.claim.domain} ({len(nodes)} nodes; capacity for "
                 f"{choice.missing} of {len(members)} members still in use there)")
@@ -259,21 +287,11 @@ class GangQueue:
         core.note(state, "Claimed", f"gang {state.key}: {note}")
         core.requeue(state.key, pending, "capacity earmarked")  # it may fit there already
 
-    def _snapshot(self, key: str) -> list[ClaimNode]:
-        out = []
-        free_of = self.core.ledger.free
-        for name, node in self.core.cache.nodes.items():
-            free = free_of(name, key)
-            if free is not None:
-                out.append(ClaimNode(name, node.domains, node.allocatable, node.pods_allocatable,
-                                     free[0], free[1], node.ready))
-        return out
-
     def _release(self, why: str) -> None:
         claim, self.claim = self.claim, None
         if claim is None:
             return
-        self.version += 1
+        self._epoch.value += 1
         self.core.metrics.claims.labels("released").inc()
         log.info("claim released", extra={"gang": claim.gang, "domain": claim.domain, "why": why})
         # Gangs kept off the domain may fit now; plain pods retry on the cluster events that follow.
@@ -291,10 +309,12 @@ class GangQueue:
         loop.call_soon(self.refresh)
 
     def _arm(self, delay: float) -> None:
+        """Run ``refresh`` in ``delay`` seconds; the earliest of the moments asked for wins (the
+        refresh then arms the next one)."""
         due = self.core.clock() + delay
         if self._timer is not None:
-            if abs(due - self._timer_due) < 0.5:
-                return  # already armed for that moment (refresh runs on every filter call)
+            if due > self._timer_due - 0.5:
+                return  # already armed for that moment or an earlier one
             self._timer.cancel()
             self._timer = None
         try:
@@ -306,7 +326,21 @@ class GangQueue:
 
     def _due(self) -> None:
         self._timer = None
+        self.tick()
+
+    def tick(self) -> None:
+        """The queue's timer: what is due by the clock (a claim delay over, an unused claim's time
+        up, a paused gang free to claim again) is done now."""
         self._dirty = True
+        self.refresh()
+
+    def upkeep(self) -> None:
+        """``refresh`` after a cache event, when there is a loop to send its writes on (a cache
+        filled before serving has answered nothing yet)."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
         self.refresh()
 
     # ------------------------------------------------------------------ checks and views

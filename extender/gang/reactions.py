@@ -28,31 +28,37 @@ from ..cluster.cache_events import (
     POD_REMOVED,
     CacheEvent,
 )
+from ..cluster.records import GangSpec
 from .binding import Binder
 from .core import Core
 from .lifecycle import Lifecycle
 from .provisioning import Provisioner
+from .queue import GangQueue
 from .retry import Retry
-from .state import Phase
+from .state import GangState, Phase, reset_failures, see_declaration
+from .timers import Deadline
 
 
 class CacheReactions:
-    """The coordinator's side of cache events (a base class: it shares the coordinator's parts)."""
+    """The gang core's side of cache events: a part the coordinator holds, given what it uses."""
 
-    core: Core
-    cache: ClusterCache
-    binder: Binder
-    retry: Retry
-    lifecycle: Lifecycle
-    provisioner: Provisioner
-
-    def _verify(self, after: str) -> None:
-        raise NotImplementedError
+    def __init__(self, core: Core, binder: Binder, retry: Retry, lifecycle: Lifecycle,
+                 provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None]) -> None:
+        self.core = core
+        self.cache = core.cache
+        self.binder = binder
+        self.retry = retry
+        self.lifecycle = lifecycle
+        self.provisioner = provisioner
+        self.queue = queue
+        self._verify = verify
 
     def on_cache_event(self, event: CacheEvent) -> None:
         handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(self, event)
+        self.queue.upkeep()  # what the event changed may make, move or release the claim
+        if handler is not None:
             self._verify(event.kind)
 
     def _on_capacity(self, event: CacheEvent) -> None:
@@ -63,7 +69,7 @@ class CacheReactions:
         if event.pod is not None and not core.ledger.is_inflight(event.key):
             self._release_overcommitted(event.pod.node_name, f"pod {event.pod.key} was bound there")
         core.ledger.clear_inflight(event.key)
-        core.parked.discard(event.key)
+        self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:
@@ -74,21 +80,20 @@ class CacheReactions:
             state = core.gangs.get(event.pod.gang_key)
             if state is not None:
                 if core.running_count(state.key) >= core.min_count(state, core.cache.gang_spec(state.key)):
-                    state.failures = state.replans = state.bind_failures = 0
+                    reset_failures(state)
                     if not state.held and not state.binds_in_flight:
                         # At quorum (members bound elsewhere, or a late watch): what is still
                         # reserved belongs to extras, which keep no capacity they may never use.
                         core.ledger.release_gang(state.key)
-                    if state.deadline is not None and not core.ledger.reserved_count(state.key):
-                        state.deadline.cancel()
-                        state.deadline = None
+                    if not core.ledger.reserved_count(state.key):
+                        core.timers.cancel(state.key, Deadline.BIND)
                 core.sync(state, f"gang {state.key}: member {event.pod.key} bound")
                 self.lifecycle.review(state.key)
 
     def _on_pod_removed(self, event: CacheEvent) -> None:
         core = self.core
         core.ledger.clear_inflight(event.key)
-        core.parked.discard(event.key)
+        self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:
@@ -139,7 +144,7 @@ class CacheReactions:
         ledger = self.core.ledger
         if not ledger.gangs_on(node):
             return
-        if not any(problem.startswith(f"node {node} ") for problem in ledger.overcommitted()):
+        if ledger.short_on(node) is None:
             return
         for key in ledger.gangs_on(node):
             state = self.core.state(key)
@@ -159,7 +164,7 @@ class CacheReactions:
         ledger = self.core.ledger
         if not ledger.gangs_on(event.key):
             return
-        shrunk = any(problem.startswith(f"node {event.key} ") for problem in ledger.overcommitted())
+        shrunk = ledger.short_on(event.key) is not None
         for key in ledger.gangs_on(event.key):
             state = self.core.state(key)
             if shrunk or state.domain:
@@ -182,7 +187,7 @@ class CacheReactions:
             return
         if state is None and (spec.requeues or spec.deactivated):
             state = core.state(event.key)  # requeued or deactivated before a restart: resume it
-            state.spec_seen = spec
+            see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)
             return
         if state is None:
@@ -193,29 +198,36 @@ class CacheReactions:
                 self.retry.nudge_gang(event.key, "its PodGroup appeared")
             return
         if state.spec_seen is not None and state.spec_seen.declaration() == spec.declaration():
-            state.spec_seen = spec
+            see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)  # Quorum's own bookkeeping, or a status update
             return
-        state.spec_seen = spec
+        see_declaration(state, spec)
         self.lifecycle.declaration_changed(state, spec)
+        core.sync(state, self._redeclared(state, spec, from_podgroup=event.pod is None))
+
+    def _redeclared(self, state: GangState, spec: GangSpec, from_podgroup: bool) -> str:
+        """Release a reservation the new declaration cannot keep, or wake the members of a gang
+        that holds none; the reason to show ("" to keep the gang's own)."""
+        core = self.core
+        key = state.key
         reason = ""
-        reserved = core.ledger.reserved_count(event.key)
-        needed = spec.min_count - core.running_count(event.key)
+        reserved = core.ledger.reserved_count(key)
+        needed = spec.min_count - core.running_count(key)
         if (reserved or state.held) and (not spec.is_gang or spec.problem):
             # No longer a (valid) gang: its members schedule on their own, holding nothing.
-            core.release(state, f"gang {event.key}: no longer a gang ({spec.problem or 'basic policy'})",
+            core.release(state, f"gang {key}: no longer a gang ({spec.problem or 'basic policy'})",
                          "gang-changed")
         elif reserved and not state.binds_in_flight and needed > reserved + len(state.held):
-            core.release(state, f"gang {event.key}: min count raised to {spec.min_count}", "gang-changed")
-        elif not reserved and not state.held and state.phase != Phase.BOUND and event.pod is None:
+            core.release(state, f"gang {key}: min count raised to {spec.min_count}", "gang-changed")
+        elif not reserved and not state.held and state.phase != Phase.BOUND and from_podgroup:
             # Only a PodGroup change wakes members: members whose annotations disagree would flip
             # the declaration on every pod update, and a nudge is itself a pod update.
-            self.retry.nudge_gang(event.key, "its declaration changed")
+            self.retry.nudge_gang(key, "its declaration changed")
             # The last reason (e.g. "waiting for its PodGroup") no longer holds; a basic group's
             # members are never filtered as a gang again, so nothing else would replace it.
             what = "members retried" if spec.is_gang else "basic policy, members schedule on their own"
-            reason = f"gang {event.key}: declaration changed; {what}"
-        core.sync(state, reason)
+            reason = f"gang {key}: declaration changed; {what}"
+        return reason
 
     def _on_synced(self, event: CacheEvent) -> None:
         self.retry.nudge_waiting_after_sync()

@@ -44,8 +44,6 @@ RECOVERED_EVENT = (NORMAL, "Recovered", "Bind")
 class Reporter:
     def __init__(self, core: Core) -> None:
         self.core = core
-        core.observers.append(self.phase_changed)
-        core.reporter = self
 
     # ------------------------------------------------------------------ Events
     def gang(self, state: GangState, reason: str, note: str, type_: str) -> None:
@@ -108,28 +106,39 @@ class Reporter:
         self.core.spawn(self.core.actions.set_gang_conditions(home, full))
 
     def _wanted(self, state: GangState) -> list[GangCondition]:
-        out: list[GangCondition] = []
         text = state.reason or f"gang {state.key}: {state.phase}"
-        scheduled = state.conditions.get(CONDITION_INITIALLY_SCHEDULED, (False, "", ""))[0]
-        if state.started and not scheduled:
-            out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, True, "Scheduled", text))
-        elif not scheduled and state.phase in (Phase.PENDING, Phase.BACKOFF, Phase.WAITING_FOR_MEMBERS):
-            out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, False, "Unschedulable", text))
-        if state.pods_ready and state.phase == Phase.BOUND:
-            out.append(GangCondition(CONDITION_PODS_READY, True, "PodsReady", text))
-        elif state.started:
-            why = "WaitForPodsRecovery" if state.phase == Phase.RECOVERING else "WaitForPodsStart"
-            out.append(GangCondition(CONDITION_PODS_READY, False, why, text))
-        elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in state.conditions:
-            out.append(GangCondition(CONDITION_PODS_READY, False, "Requeued", text))
-        if state.members_started or CONDITION_STARTED in state.conditions:
-            out.append(GangCondition(CONDITION_STARTED, state.members_started,
-                                     "AllMembersStarted" if state.members_started else "NotStarted", text))
-        recovering = state.phase == Phase.RECOVERING
-        if recovering or CONDITION_RECOVERING in state.conditions:
-            out.append(GangCondition(CONDITION_RECOVERING, recovering,
-                                     "MembersLost" if recovering else "NotRecovering", text))
-        if state.deactivated or CONDITION_DEACTIVATED in state.conditions:
-            out.append(GangCondition(CONDITION_DEACTIVATED, bool(state.deactivated),
-                                     "RequeueLimitExceeded" if state.deactivated else "Active", text))
-        return out
+        return _scheduling_conditions(state, text) + _lifecycle_conditions(state, text)
+
+
+def _scheduling_conditions(state: GangState, text: str) -> list[GangCondition]:
+    """Whether the gang was ever scheduled, and whether its pods are Ready."""
+    out: list[GangCondition] = []
+    scheduled = state.conditions.get(CONDITION_INITIALLY_SCHEDULED, (False, "", ""))[0]
+    if state.started and not scheduled:
+        out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, True, "Scheduled", text))
+    elif not scheduled and state.phase in (Phase.PENDING, Phase.BACKOFF, Phase.WAITING_FOR_MEMBERS):
+        out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, False, "Unschedulable", text))
+    if state.pods_ready and state.phase == Phase.BOUND:
+        out.append(GangCondition(CONDITION_PODS_READY, True, "PodsReady", text))
+    elif state.started:
+        why = "WaitForPodsRecovery" if state.phase == Phase.RECOVERING else "WaitForPodsStart"
+        out.append(GangCondition(CONDITION_PODS_READY, False, why, text))
+    elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in state.conditions:
+        out.append(GangCondition(CONDITION_PODS_READY, False, "Requeued", text))
+    return out
+
+
+def _lifecycle_conditions(state: GangState, text: str) -> list[GangCondition]:
+    """Started, Recovering and Deactivated: each shown once it has been true."""
+    out: list[GangCondition] = []
+    if state.members_started or CONDITION_STARTED in state.conditions:
+        out.append(GangCondition(CONDITION_STARTED, state.members_started,
+                                 "AllMembersStarted" if state.members_started else "NotStarted", text))
+    recovering = state.phase == Phase.RECOVERING
+    if recovering or CONDITION_RECOVERING in state.conditions:
+        out.append(GangCondition(CONDITION_RECOVERING, recovering,
+                                 "MembersLost" if recovering else "NotRecovering", text))
+    if state.deactivated or CONDITION_DEACTIVATED in state.conditions:
+        out.append(GangCondition(CONDITION_DEACTIVATED, bool(state.deactivated),
+                                 "RequeueLimitExceeded" if state.deactivated else "Active", text))
+    return out

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from ..cluster.records import PodRecord
 from .core import Core, alive_count
-from .state import GangState
+from .state import GangState, count_failure, end_backoff, start_backoff
+from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
@@ -26,36 +28,54 @@ STALE_ANSWER_WINDOW_SECONDS = 10.0
 RECHECK_DELAY_SECONDS = 0.2
 
 
+class NoFitMemory(Protocol):
+    """Whether a gang's remembered no-fit still holds (``planning.Planner``)."""
+
+    def nofit_unchanged(self, state: GangState) -> bool: ...
+
+
 class Retry:
-    def __init__(self, core: Core, unchanged_nofit: Callable[[GangState], bool]) -> None:
+    def __init__(self, core: Core, fits: NoFitMemory) -> None:
         self.core = core
-        self._unchanged_nofit = unchanged_nofit
+        self._fits = fits
         self._recheck: asyncio.TimerHandle | None = None
         self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
+        # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with
+        # no node since their last attempt, or pending when Quorum (re)started. Only these need a
+        # nudge when their gang's placement is reserved; the others reach filter on their own.
+        self._parked: set[str] = set()
+
+    # ----------------------------------------------------------------- parked members
+    def park(self, uid: str) -> None:
+        self._parked.add(uid)
+
+    def unpark(self, uid: str) -> None:
+        self._parked.discard(uid)
+
+    def is_parked(self, uid: str) -> bool:
+        return uid in self._parked
+
+    def parked(self) -> frozenset[str]:
+        """Every member marked parked (for the invariants)."""
+        return frozenset(self._parked)
 
     # ----------------------------------------------------------------- bind deadline
     def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
-        if state.deadline is not None:
-            state.deadline.cancel()
-        state.deadline = asyncio.get_running_loop().call_later(
-            self.core.bind_timeout(state.key), on_expiry, state.key)
+        self.core.timers.arm(state.key, Deadline.BIND, self.core.bind_timeout(state.key), on_expiry)
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:
         """Quorum was not reached at bind in time (or re-planning failed): wait, doubling each time."""
-        state.failures += 1
+        failures = count_failure(state)
         timings = self.core.config.gang
-        delay = min(timings.backoff_base_seconds * 2 ** (state.failures - 1), timings.backoff_max_seconds)
+        delay = min(timings.backoff_base_seconds * 2 ** (failures - 1), timings.backoff_max_seconds)
         self.hold(state, delay, f"{reason}; backing off {delay:g}s")
 
     def hold(self, state: GangState, delay: float, reason: str) -> None:
         """Keep the gang in Backoff for ``delay`` seconds, then wake its pending members."""
-        state.backoff_until = self.core.clock() + delay
-        state.reason = reason
+        start_backoff(state, self.core.clock() + delay, reason)
         self.core.metrics.backoffs.inc()
-        if state.backoff_timer is not None:
-            state.backoff_timer.cancel()
-        state.backoff_timer = asyncio.get_running_loop().call_later(delay, self._backoff_over, state.key)
+        self.core.timers.arm(state.key, Deadline.BACKOFF, delay, self._backoff_over)
         log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
         self.core.sync(state, state.reason)
 
@@ -63,8 +83,7 @@ class Retry:
         state = self.core.gangs.get(key)
         if state is None:
             return
-        state.backoff_timer = None
-        state.backoff_until = 0.0
+        end_backoff(state)
         self.core.sync(state, f"gang {key}: backoff over")
         self.core.requeue(key, self.core.pending_members(key), "backoff over")
         self.core.forget_if_idle(key)
@@ -73,7 +92,7 @@ class Retry:
     def nudge_gang(self, key: str, reason: str) -> None:
         """Wake a gang whose members were rejected for a reason that just went away: those Quorum
         turned away (the others were never parked because of Quorum, and come on their own)."""
-        parked = self.core.parked
+        parked = self._parked
         self.core.requeue(key, [m for m in self.core.pending_members(key) if m.uid in parked], reason)
 
     def nudge_waiting_after_sync(self) -> None:
@@ -82,7 +101,7 @@ class Retry:
         core = self.core
         for key in list(core.cache.gang_members):
             # The previous instance may have turned any of them away.
-            core.parked.update(m.uid for m in core.pending_members(key))
+            self._parked.update(m.uid for m in core.pending_members(key))
             spec = core.cache.gang_spec(key)
             if spec is not None and spec.is_gang and core.ledger.reserved_count(key):
                 continue
@@ -92,6 +111,10 @@ class Retry:
 
     def note_rejection(self, state: GangState) -> None:
         state.rejected_at = self._last_rejection = self.core.clock()
+
+    def note_rejection_of(self, gang: str) -> None:
+        """A refusal only Quorum's watch can lift: the gang's next change re-checks it."""
+        self.note_rejection(self.core.state(gang))
 
     def schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -131,6 +154,6 @@ class Retry:
         members = core.cache.members(state.key)
         if alive_count(members) < spec.min_count:
             return []  # still short of members: the same answer again
-        if self._unchanged_nofit(state):
+        if self._fits.nofit_unchanged(state):
             return []  # nothing the placement depends on has moved
         return sorted((m for m in members if m.pending), key=lambda m: m.name)

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from ..topology.scoring import ScoreTable, distance_scores, occupancy_score
 from .core import Core
 
 
 class Scorer:
-    def __init__(self, core: Core, running_nodes: Callable[[str], list[str]]) -> None:
+    def __init__(self, core: Core) -> None:
         self.core = core
-        self._running_nodes = running_nodes
         self._occupancy_epoch = -1
         self._occupancy_scores: dict[str, int] = {}
 
@@ -40,6 +37,6 @@ class Scorer:
 
     def _gang_paths(self, gang: str) -> list[tuple[str, ...]]:
         nodes = self.core.cache.nodes
-        names = set(self._running_nodes(gang))
+        names = set(self.core.running_nodes(gang))
         names.update(self.core.ledger.reservation_of(gang).values())
         return [nodes[n].paths for n in names if n in nodes]

@@ -1,4 +1,4 @@
-"""The gang lifecycle as an explicit state machine.
+"""The gang lifecycle as an explicit state machine, and the registry's writers.
 
 A gang's phase is a summary of facts that live elsewhere (members in the cache, reservations in
 the ledger, held binds, timers). After each change the coordinator derives the phase those facts
@@ -6,6 +6,11 @@ imply (``derive_phase``) and moves the gang there through ``transition``, the on
 changes a phase: it checks the move against ``TRANSITIONS``, records the reason and counts it. An
 illegal move means a bug in the core (for example reserving during a backoff), so it raises in
 tests and is logged loudly in production.
+
+The fields of ``GangState`` that several parts read and change (reason, held binds, backoff,
+the reservation's shape, failure counts, the declaration seen) change only through the functions
+at the end of this module; a field one part uses is written by that part alone
+(``tests/unit/test_state_ownership.py`` lists the writers of every field).
 """
 
 from __future__ import annotations
@@ -106,6 +111,14 @@ class Claim:
 
 
 @dataclass(slots=True)
+class ClaimEpoch:
+    """Moves whenever a head-of-line claim is made or released (``queue.py`` moves it): part of a
+    remembered no-fit's key (``planning.py`` reads it), since a claim changes what a gang may use."""
+
+    value: int = 0
+
+
+@dataclass(slots=True)
 class GangState:
     """What Quorum remembers about one gang beyond the cache and the ledger."""
 
@@ -116,9 +129,7 @@ class GangState:
     domain: tuple[str, ...] = ()
     held: dict[str, HeldBind] = field(default_factory=dict)
     binds_in_flight: int = 0  # members whose bind call to the apiserver has not returned yet
-    deadline: asyncio.TimerHandle | None = None
     backoff_until: float = 0.0
-    backoff_timer: asyncio.TimerHandle | None = None
     failures: int = 0
     replans: int = 0
     nofit: NoFitMemo | None = None
@@ -126,7 +137,6 @@ class GangState:
     # When a member was last told "not enough members" or "does not fit": if the cache changes in a
     # way that could alter that answer soon after, the answer may have come from a lagging watch.
     rejected_at: float = 0.0
-    bind_failures: int = 0  # members the apiserver refused after quorum (a partial gang to repair)
     spec_seen: GangSpec | None = None  # the declaration last acted on (status updates change nothing)
     # After the bind (lifecycle.py): quorum reached since the last requeue; minCount members Ready
     # (wall of the clock); when it fell below minCount; its pending readiness/recovery deadline.
@@ -140,8 +150,6 @@ class GangState:
     # the claim that kept it from a placement last time it did not fit ("" when none did).
     queued_since: float = 0.0
     blocked_by: str = ""
-    ready_timer: asyncio.TimerHandle | None = None
-    recovery_timer: asyncio.TimerHandle | None = None
     requeues: int = 0
     deactivated: str = ""  # why the gang is not scheduled again ("" when it is active)
     deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
@@ -157,12 +165,6 @@ class GangState:
     # member, and the members that have it.
     stamp: dict[str, str | None] = field(default_factory=dict)
     stamped: set[str] = field(default_factory=set)
-
-    def cancel_timers(self) -> None:
-        for timer in (self.deadline, self.backoff_timer, self.ready_timer, self.recovery_timer):
-            if timer is not None:
-                timer.cancel()
-        self.deadline = self.backoff_timer = self.ready_timer = self.recovery_timer = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,3 +236,84 @@ def transition_table_markdown() -> str:
     for source, targets in TRANSITIONS.items():
         lines.append(f"| {source} | {', '.join(sorted(targets))} |")
     return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------- the registry's writers
+def set_reason(state: GangState, reason: str) -> None:
+    """Why the gang is where it is (shown by filter answers, Events and /debug/gangs)."""
+    state.reason = reason
+
+
+def hold_bind(state: GangState, held: HeldBind) -> HeldBind | None:
+    """Hold a member's bind call; the call for the same pod it supersedes, if any."""
+    previous = state.held.get(held.pod.uid)
+    state.held[held.pod.uid] = held
+    return previous
+
+
+def drop_held(state: GangState, uid: str, answer: asyncio.Future[str]) -> bool:
+    """Forget a held call kube-scheduler gave up on, if it is still the one held (True then)."""
+    current = state.held.get(uid)
+    if current is None or current.answer is not answer:
+        return False
+    del state.held[uid]
+    return True
+
+
+def take_held(state: GangState) -> list[HeldBind]:
+    """Every held call, no longer held: to be bound together, or answered with an error."""
+    held = list(state.held.values())
+    state.held.clear()
+    return held
+
+
+def start_backoff(state: GangState, until: float, reason: str) -> None:
+    state.backoff_until = until
+    state.reason = reason
+
+
+def end_backoff(state: GangState) -> None:
+    state.backoff_until = 0.0
+
+
+def mark_started(state: GangState, started: bool) -> None:
+    """Quorum reached (True), or the gang starts over (False)."""
+    state.started = started
+
+
+def note_reserved(state: GangState, domain: tuple[str, ...], min_count: int) -> None:
+    """A placement reserved in ``domain``, counting on ``min_count`` members."""
+    state.domain = domain
+    state.min_count_reserved = min_count
+
+
+def clear_reserved(state: GangState, reason: str) -> None:
+    """The reservation dropped, for ``reason``."""
+    state.domain = ()
+    state.min_count_reserved = 0
+    state.reason = reason
+
+
+def count_failure(state: GangState) -> int:
+    """One more quorum missed at bind (or re-planning given up): the backoff doubles."""
+    state.failures += 1
+    return state.failures
+
+
+def count_replan(state: GangState, limit: int) -> bool:
+    """One more re-plan; True (and the count starts over) past ``limit``."""
+    state.replans += 1
+    if state.replans <= limit:
+        return False
+    state.replans = 0
+    return True
+
+
+def reset_failures(state: GangState) -> None:
+    """The gang reached quorum: earlier failures and re-plans no longer count."""
+    state.failures = state.replans = 0
+
+
+def see_declaration(state: GangState, spec: GangSpec) -> None:
+    """The declaration last acted on (status updates of the same declaration change nothing)."""
+    state.spec_seen = spec

@@ -262,3 +262,18 @@ def test_a_gang_already_at_quorum_is_never_planned_as_an_empty_placement() -> No
     pending = {uid: m for uid, m in members.items() if m.pending}
     result = world.coordinator.planner.plan(spec, pending, [], ["b0-r0-n0"], "uid-g1")
     assert isinstance(result, NoFit), result
+
+
+async def test_a_member_already_bound_is_answered_its_node_not_a_server_error() -> None:
+    # kube-scheduler's cache lags the watch: it filters a member Quorum already sees bound (a
+    # bind retried whose answer it never got) while a mate is still pending.
+    world = World(racks=1, nodes_per_rack=1)
+    n0, n1 = world.names
+    world.add(pod("w0", gang="w", min_count=2, node_name=n0))
+    world.add(pod("w1", gang="w", min_count=2))
+    decision = world.filter("w0", [n0, n1])
+    assert decision.passing == [n0]
+    elsewhere = world.filter("w0", [n1])
+    assert elsewhere.passing == []
+    assert elsewhere.unresolvable[n1] == f"pod ml/w0 is already bound to node {n0}"
+    assert world.coordinator.check_invariants() == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import replace
 from typing import Any
 
@@ -276,7 +277,7 @@ async def test_the_claim_goes_when_its_gang_is_deleted() -> None:
     world.cache.delete_podgroup(make_podgroup("big", 2))
     await asyncio.sleep(0)
     world.plain("web", gpus=8)
-    world.filter("web")  # any filter refreshes the queue
+    world.filter("web")
     assert world.claim is None
     world.check()
 
@@ -295,13 +296,33 @@ async def test_a_claim_left_unused_while_its_domain_has_room_is_given_up() -> No
     world.plain("web", gpus=1)
     assert world.filter("web").passing and world.claim is not None
     world.clock.now += 61
-    world.filter("web")
+    world.coordinator.queue.tick()  # the queue's timer, armed for when the claim's time is up
     assert world.claim is None
     assert "ClaimUnused" in world.actions.event_reasons("big")
     world.clock.now += 10
     world.filter("big0")
     assert world.claim is None, "no new claim right after giving one up"
     world.check()
+
+
+async def test_a_plain_pods_filter_writes_nothing_even_with_a_claim_and_preemption_due() -> None:
+    """A plain pod's filter is a read: the claim's upkeep (a displacement due again, an unused
+    claim's time up) waits for the queue's timer, a gang's filter or a cache event."""
+    world = QueueWorld(preemption=True, claim_after_seconds=0, claim_on_priority=False)
+    one_node_busy_per_rack(world)
+    world.group("big", 2, rack=True, priority=10)  # outranks the busy pods: it may displace them
+    world.filter("big0")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert world.claim is not None and world.actions.evicted
+    world.plain("web", gpus=1)
+    world.clock.now += 3600  # every grace, pause and delay over: the upkeep has work to do
+    before = copy.deepcopy(vars(world.actions))
+    decision = world.filter("web")
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert vars(world.actions) == before, "a plain pod's filter made an API call"
+    assert not set(decision.passing) & world.claim.nodes
 
 
 # ------------------------------------------------------------------ starvation, simulated
