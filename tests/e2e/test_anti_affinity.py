@@ -64,9 +64,11 @@ def test_gang_larger_than_the_nodes_is_refused_saying_members_are_kept_apart(sce
 
     members = [one_per_host(m) for m in sc.gang("too-many", size, gpus=1, create=False)]
     names = sc.create(members)
+    # Its first reasons may still say members are missing (they are created in parallel).
     messages = sc.wait_for(
-        "Quorum's reason for gang 'too-many' in a FailedScheduling event",
-        lambda: [m for m in sc.scheduling_messages() if f"gang {sc.ns}/too-many" in m], timeout=30)
+        "Quorum's no-fit reason for gang 'too-many' in a FailedScheduling event",
+        lambda: [m for m in sc.scheduling_messages()
+                 if f"gang {sc.ns}/too-many" in m and "candidate nodes fit" in m], timeout=30)
     assert "at most one member per node" in messages[-1], messages[-1]
     sc.assert_unbound_for(names, 5, what="gang 'too-many' (more members than nodes)")
     replans = sc.quorum.metric("quorum_reservation_releases_total", reason="replan") - replans_before
