@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from ..cluster.cache import ClusterCache
 from ..cluster.cache_events import (
     CACHES_SYNCED,
     CAPACITY_FREED,
