@@ -16,6 +16,7 @@ from collections import OrderedDict
 from ..cluster.records import PodRecord
 from ..topology.placement import fits
 from .core import Core
+from .registry import GangRegistry
 from .state import GangState, HeldBind, drop_held, hold_bind, take_held
 from .timers import Deadline
 
@@ -26,8 +27,9 @@ RECENT_MEMBERS_LIMIT = 10_000
 
 
 class Binder:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
+        self.registry = registry
         self._recent_members: OrderedDict[str, str] = OrderedDict()  # uid -> gang key (bounded)
 
     def note_member(self, uid: str, gang: str) -> None:
@@ -69,7 +71,7 @@ class Binder:
                 core.metrics.binds.labels("refused").inc()
                 return refusal
             return await self._bind_now(namespace, name, uid, node, record)
-        state = core.state(reservation.gang)
+        state = self.registry.state(reservation.gang)
         if reservation.node != node:
             core.metrics.binds.labels("error").inc()
             return f"gang {state.key}: pod {namespace}/{name} is reserved on {reservation.node}, not {node}"
@@ -97,7 +99,7 @@ class Binder:
         if spec is None or not spec.is_gang or spec.problem or spec.min_count < 1:
             return "" if spec is not None and not spec.is_gang else \
                 f"gang {gang}: pod {namespace}/{name} cannot bind before its gang is valid"
-        if core.running_count(gang) >= spec.min_count:
+        if self.registry.running_count(gang) >= spec.min_count:
             return ""  # the gang runs at quorum: this is an extra member
         return (f"gang {gang}: pod {namespace}/{name} holds no reservation (released before its "
                 f"bind); it is placed again with its gang")
@@ -123,13 +125,13 @@ class Binder:
         if previous is not None and not previous.answer.done():
             previous.answer.set_result("superseded by a newer bind call for the same pod")
         self.release_if_quorum(state)
-        self.core.sync(state, f"gang {state.key}: {len(state.held)} member(s) waiting at bind")
+        self.registry.sync(state, f"gang {state.key}: {len(state.held)} member(s) waiting at bind")
         try:
             return await answer
         except asyncio.CancelledError:
             # kube-scheduler gave up on this call (HTTP timeout); it no longer waits for the pod.
             if drop_held(state, pod.uid, answer):
-                self.core.sync(state, "a held bind call was abandoned by the scheduler")
+                self.registry.sync(state, "a held bind call was abandoned by the scheduler")
             raise
 
     async def _bind_now(self, namespace: str, name: str, uid: str, node: str,
@@ -157,19 +159,19 @@ class Binder:
 
     def _resync(self, uid: str, record: PodRecord | None) -> None:
         """A bind that counted its pod as running did not happen: the gang's phase follows."""
-        state = self.core.gangs.get(self.gang_of(uid, record) or "")
+        state = self.registry.gangs.get(self.gang_of(uid, record) or "")
         if state is not None:
-            self.core.sync(state)
+            self.registry.sync(state)
 
     def release_if_quorum(self, state: GangState) -> None:
         """Bind every held member at once when, with those already running, they reach minCount."""
         core = self.core
         spec = core.cache.gang_spec(state.key)
         min_count = core.min_count(state, spec)
-        running = core.running_count(state.key)
+        running = self.registry.running_count(state.key)
         if len(state.held) + running < min_count:
             return
-        core.timers.cancel(state.key, Deadline.BIND)
+        self.registry.timers.cancel(state.key, Deadline.BIND)
         held = take_held(state)
         # Reserved members beyond quorum that have not reached bind become ordinary extras: they
         # keep no capacity they might never use.
@@ -211,4 +213,4 @@ class Binder:
                 core.metrics.binds.labels("success").inc()
                 if not h.answer.done():
                     h.answer.set_result("")
-        core.sync(state, f"gang {state.key}: quorum bound")
+        self.registry.sync(state, f"gang {state.key}: quorum bound")

@@ -11,7 +11,7 @@ The coordinator turns the extender calls into all-or-nothing gang scheduling:
 - **cache events** release reservations when a member, node or gang object disappears, and wake
   gangs whose answer may have changed.
 
-Every phase change goes through ``Core.sync`` and the state machine in ``state.py``. The capacity
+Every phase change goes through ``GangRegistry.sync`` and the state machine in ``state.py``. The capacity
 arithmetic lives only in ``ledger.py``.
 """
 
@@ -21,6 +21,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ..cluster.cache import ClusterCache
@@ -41,6 +42,7 @@ from .planning import Planner, honour_nominations
 from .provisioning import Provisioner
 from .queue import GangQueue
 from .reactions import CacheReactions
+from .registry import GangRegistry
 from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
@@ -61,23 +63,28 @@ class Coordinator:
         phase changes and of the cache is registered here, in the order they are told."""
         self.cache = cache
         core = self.core = Core(config, cache, CapacityLedger(cache), actions, metrics, clock, strict)
+        registry = self.registry = GangRegistry(core)
         claim_epoch = ClaimEpoch()  # the queue moves it, the planner's no-fit memo reads it
-        self.binder = Binder(core)
+        self.binder = Binder(core, registry)
         self.reporter = Reporter(core)
-        self.planner = Planner(core, claim_epoch)
-        self.retry = Retry(core, self.planner)
-        self.lifecycle = Lifecycle(core, self.retry, StartedSignal(core))
-        self.displacer = Displacer(core, self.lifecycle)
-        self.queue = GangQueue(core, self.displacer if config.preemption.enabled else None, claim_epoch)
-        self.scorer = Scorer(core)
-        self.provisioner = Provisioner(core, self.retry.schedule_recheck, self.reporter.nofit)
-        self.reactions = CacheReactions(core, self.binder, self.retry, self.lifecycle, self.provisioner,
-                                        self.queue, self._verify)
+        self.planner = Planner(core, registry, claim_epoch)
+        self.retry = Retry(core, registry, self.planner)
+        self.lifecycle = Lifecycle(core, registry, self.retry, StartedSignal(core))
+        self.displacer = Displacer(core, registry, self.lifecycle)
+        self.queue = GangQueue(core, registry, self.displacer if config.preemption.enabled else None,
+                               claim_epoch)
+        self.scorer = Scorer(core, registry)
+        self.provisioner = Provisioner(core, registry, self.retry.schedule_recheck, self.reporter.nofit)
+        self.reactions = CacheReactions(core, registry, self.binder, self.retry, self.lifecycle,
+                                        self.provisioner, self.queue, self._verify)
         self._verify_each_call = config.check_invariants
+        self._gates = (partial(gates.deactivated_gate, core), partial(gates.running_gate, core, registry),
+                       partial(gates.already_bound_gate, core), self._reservation_gate,
+                       partial(gates.backoff_gate, core, registry))
         core.reporter = self.reporter
         core.earmarks = self.queue
-        core.observers.extend([self.reporter.phase_changed, self.lifecycle.on_phase,
-                               self.queue.phase_changed, self.provisioner.on_phase])
+        registry.observe(self.reporter.phase_changed, self.lifecycle.on_phase,
+                         self.queue.phase_changed, self.provisioner.on_phase)
         cache.scale_ups.on_change = self.provisioner.on_status
         cache.listeners.append(self.reactions.on_cache_event)
 
@@ -87,11 +94,11 @@ class Coordinator:
 
     # ------------------------------------------------------------------ named queries
     def phase_of(self, gang: str) -> Phase | None:
-        state = self.core.gangs.get(gang)
+        state = self.registry.gangs.get(gang)
         return None if state is None else state.phase
 
     def reason_of(self, gang: str) -> str:
-        state = self.core.gangs.get(gang)
+        state = self.registry.gangs.get(gang)
         return "" if state is None else state.reason
 
     def reservation_of(self, gang: str) -> dict[str, str]:
@@ -100,15 +107,15 @@ class Coordinator:
 
     def held_binds(self, gang: str) -> list[str]:
         """Uids of members whose bind call is being held."""
-        state = self.core.gangs.get(gang)
+        state = self.registry.gangs.get(gang)
         return sorted(state.held) if state is not None else []
 
     def backoff_left(self, gang: str) -> float:
-        state = self.core.gangs.get(gang)
+        state = self.registry.gangs.get(gang)
         return 0.0 if state is None else max(0.0, state.backoff_until - self.core.clock())
 
     def failures_of(self, gang: str) -> int:
-        state = self.core.gangs.get(gang)
+        state = self.registry.gangs.get(gang)
         return 0 if state is None else state.failures
 
     def free_capacity(self, node: str) -> tuple[dict[str, int], int] | None:
@@ -116,14 +123,14 @@ class Coordinator:
         return self.core.ledger.free(node, None)
 
     def gangs(self) -> list[str]:
-        return sorted(self.core.gangs)
+        return sorted(self.registry.gangs)
 
     def reserved_nodes(self) -> list[str]:
         return self.core.ledger.reserved_nodes()
 
     def check_invariants(self) -> list[str]:
         """Every invariant violation now (empty when the core is consistent)."""
-        return check_invariants(self.core, self.retry.parked()) + self.displacer.check()
+        return check_invariants(self.core, self.registry, self.retry.parked()) + self.displacer.check()
 
     def _verify(self, after: str) -> None:
         """With debug.checkInvariants, check the core after every call and log what breaks."""
@@ -162,7 +169,7 @@ class Coordinator:
                 self.retry.unpark(pod.uid)
                 return FilterDecision(candidates, [reservation.node])
         self.binder.note_member(pod.uid, key)
-        state = self.core.state(key)
+        state = self.registry.state(key)
         if spec is self.cache.gang_spec(key):
             if state.spec_seen is None:
                 self.lifecycle.adopt(state, spec)  # a requeue count or deactivation from before
@@ -170,9 +177,9 @@ class Coordinator:
         g = GateInput(pod, spec, state, self.cache.members(key), candidates, known is not None)
         decision = self._run_gates(g)
         self._note_answer(pod, known is not None, decision)
-        self.core.sync(state)
+        self.registry.sync(state)
         self.queue.refresh()  # the head of the queue not fitting may make it claim now
-        self.core.forget_if_idle(key)
+        self.registry.forget_if_idle(key)
         self._verify("filter")
         return decision
 
@@ -188,15 +195,14 @@ class Coordinator:
         """Misconfigured gangs (and those waiting for their PodGroup) show a phase and reason."""
         if not decision.reason or key not in self.cache.gang_members:
             return
-        state = self.core.state(key)
+        state = self.registry.state(key)
         reason = decision.reason
-        self.core.sync(state, reason)
+        self.registry.sync(state, reason)
 
     def _run_gates(self, g: GateInput) -> FilterDecision:
         core = self.core
-        for gate in (gates.deactivated_gate, gates.running_gate, gates.already_bound_gate,
-                     self._reservation_gate, gates.backoff_gate):
-            decision = gate(core, g)
+        for gate in self._gates:
+            decision = gate(g)
             if decision is not None:
                 return decision
         decision = gates.quorum_gate(core, g)
@@ -212,8 +218,8 @@ class Coordinator:
             return reject_all(g.candidates, cached)
         return self.place(g)
 
-    def _reservation_gate(self, core: Core, g: GateInput) -> FilterDecision | None:
-        reservation = core.ledger.reserved_node(g.pod.uid)
+    def _reservation_gate(self, g: GateInput) -> FilterDecision | None:
+        reservation = self.core.ledger.reserved_node(g.pod.uid)
         if reservation is None or reservation.gang != g.state.key:
             return None
         if reservation.node in g.candidates:
@@ -231,7 +237,7 @@ class Coordinator:
         pending = {m.uid: m for m in g.members if m.pending and not self.core.ledger.is_inflight(m.uid)}
         if g.pod.uid not in pending and not g.known:
             pending[g.pod.uid] = g.pod  # the cache has not seen this pod yet; place it from the request
-        bound_nodes = self.core.running_nodes(state.key)
+        bound_nodes = self.registry.running_nodes(state.key)
         result = self._plan_backfill(g, pending, bound_nodes)
         if isinstance(result, NoFit):
             return self._answer_nofit(g, result, pending, bound_nodes)
@@ -285,7 +291,7 @@ class Coordinator:
         self.planner.reserve(state, placement, pending, needed)
         set_reason(state, "")
         self.retry.arm_deadline(state, self._deadline_passed)
-        self.core.sync(state, f"gang {state.key}: reserved in {'/'.join(placement.domain) or 'cluster'}")
+        self.registry.sync(state, f"gang {state.key}: reserved in {'/'.join(placement.domain) or 'cluster'}")
         # When a member's own filter placed the gang, only members kube-scheduler may have parked:
         # the rest come to filter on their own (a nudge is an apiserver write per member). A gang
         # placed on another's behalf (a repair) wakes all its members: it is rare.
@@ -303,7 +309,7 @@ class Coordinator:
         own filter calls would place it.
         """
         for spec, pending, bound_nodes in self.planner.partial_gangs(exclude):
-            state = self.core.state(spec.key)
+            state = self.registry.state(spec.key)
             by_uid = {m.uid: m for m in pending}
             self.queue.refresh()
             _, nodes = self.queue.outside_claim(spec.key, list(self.cache.nodes))
@@ -318,7 +324,7 @@ class Coordinator:
         """kube-scheduler's own filters no longer accept the reserved node: place the gang again."""
         state = g.state
         reason = f"gang {state.key}: reserved node {node} no longer passes the scheduler's filters"
-        self.core.release(state, reason, "replan")
+        self.registry.release(state, reason, "replan")
         if count_replan(state, self.core.config.gang.max_replans):
             self.retry.back_off(state, f"{reason} after {self.core.config.gang.max_replans} re-plans")
             return reject_all(g.candidates, f"gang {state.key}: {state.reason}")
@@ -326,18 +332,18 @@ class Coordinator:
         return self.place(g)
 
     def _deadline_passed(self, key: str) -> None:
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is None:
             return
         if not self.core.ledger.reserved_count(key) or state.binds_in_flight:
             return
         spec = self.cache.gang_spec(key)
         min_count = self.core.min_count(state, spec)
-        reached = len(state.held) + self.core.running_count(key)
+        reached = len(state.held) + self.registry.running_count(key)
         reason = (f"gang {key}: quorum not reached within {self.core.bind_timeout(key):g}s "
                   f"({reached}/{min_count} members reached bind)")
         self.core.metrics.reservation_timeouts.inc()
-        self.core.release(state, reason, "timeout")
+        self.registry.release(state, reason, "timeout")
         self.retry.back_off(state, reason)
 
     # ------------------------------------------------------------------ prioritize
@@ -356,14 +362,14 @@ class Coordinator:
     def preempt(self, pod: PodRecord, victims: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         known = self.cache.pods.get(pod.uid)
         try:
-            return preemption.gang_aware(self.core, self.queue, known or pod, victims,
+            return preemption.gang_aware(self.core, self.registry, self.queue, known or pod, victims,
                                          self.retry.note_rejection_of)
         finally:
             self._verify("preempt")
 
     # ------------------------------------------------------------------ introspection
     def phase_counts(self) -> dict[str, int]:
-        return debug.phase_counts(self.core)
+        return debug.phase_counts(self.registry)
 
     def reserved_count(self) -> dict[str, int]:
         return {"": self.core.ledger.reserved_pods()}
@@ -376,7 +382,7 @@ class Coordinator:
         return debug.inflight(self.core)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        return debug.gangs(self.core)
+        return debug.gangs(self.core, self.registry)
 
     def debug_document(self) -> dict[str, Any]:
-        return debug.document(self.core)
+        return debug.document(self.core, self.registry)

@@ -1,16 +1,16 @@
-"""State shared by the parts of the gang core, and the one path that changes a gang's phase.
+"""The collaborators shared by the parts of the gang core, and the side effects they ask for.
 
-The parts (gates, planning, binding, retry) each own one concern and reach the shared state
-through a ``Core``: the cache (read-only), the capacity ledger, the gang registry, side effects
-and the clock. Everything runs on the event loop; nothing that changes state awaits in between,
-so there are no locks and no torn updates.
+The parts (gates, planning, binding, retry) each own one concern and reach what they share
+through a ``Core``: the cache (read-only), the capacity ledger, side effects and the clock. The
+gangs themselves live in the registry (``registry.py``), which alone changes them. Everything runs
+on the event loop; nothing that changes state awaits in between, so there are no locks and no
+torn updates.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,20 +19,9 @@ from ..cluster.records import GangHome, GangSpec, PodRecord
 from ..config import Config
 from .effects import NORMAL, GangCondition, ObjectRef
 from .ledger import CapacityLedger
-from .state import (
-    Claim,
-    Facts,
-    GangState,
-    Phase,
-    clear_reserved,
-    derive_phase,
-    end_backoff,
-    mark_started,
-    take_held,
-    transition,
-)
+from .runner import TaskRunner
+from .state import Claim, GangState
 from .telemetry import GangMetrics
-from .timers import Deadline, GangTimers
 
 
 class BindFailed(Exception):
@@ -146,12 +135,12 @@ class Earmarks(Protocol):
         ...
 
 
-# Told of every phase change: (gang, from, to, reason). Events and PodGroup status hang off it.
-PhaseObserver = Callable[[GangState, Phase, Phase, str], None]
-
-
 @dataclass
 class Core:
+    """The collaborators every part shares, none of them gang state: configuration, the cache
+    (read-only), the capacity ledger, the cluster's side effects and the task runner that carries
+    them out, metrics and clocks. What Quorum remembers about gangs lives in ``registry.py``."""
+
     config: Config
     cache: ClusterCache
     ledger: CapacityLedger
@@ -160,10 +149,7 @@ class Core:
     clock: Callable[[], float]
     strict: bool = False  # illegal transitions raise (tests) instead of being logged
     wall: Callable[[], float] = time.time  # for what outlives the process (PodGroup annotations)
-    gangs: dict[str, GangState] = field(default_factory=dict)
-    timers: GangTimers = field(default_factory=GangTimers)
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    observers: list[PhaseObserver] = field(default_factory=list)
+    runner: TaskRunner = field(default_factory=TaskRunner)
     reporter: Reporter | None = None
     earmarks: Earmarks | None = None
 
@@ -176,16 +162,9 @@ class Core:
         if self.reporter is not None:
             self.reporter.pod(pod, reason, note, type_)
 
-    def spawn(self, coro: Any) -> None:
-        task = asyncio.ensure_future(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-
-    def state(self, key: str) -> GangState:
-        state = self.gangs.get(key)
-        if state is None:
-            state = self.gangs[key] = GangState(key, first_seen=self.clock())
-        return state
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run a side effect in the background (the runner keeps it alive until it ends)."""
+        self.runner.spawn(coro)
 
     def schedules(self, pod: PodRecord) -> bool:
         """Whether the pod belongs to a kube-scheduler profile Quorum serves (any, unless
@@ -204,43 +183,6 @@ class Core:
     def pending_members(self, key: str) -> list[PodRecord]:
         return [p for p in self.cache.members(key) if p.pending]
 
-    def running_count(self, key: str) -> int:
-        """Members bound, as the cache sees it plus binds that succeeded but are not seen yet."""
-        members = self.cache.members(key)
-        state = self.gangs.get(key)
-        evicting = state.evicting if state is not None else ()
-        bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
-        return bound + self.ledger.inflight_of(key, (m.uid for m in members if not m.node_name), evicting)
-
-    def running_nodes(self, key: str) -> list[str]:
-        """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.
-
-        A member on its way out (deleted, evicted, its node gone) pins nothing: replacements must
-        join the survivors, not the node that failed.
-        """
-        inflight = self.ledger.inflight()
-        evicting = self.gangs[key].evicting if key in self.gangs else set()
-        out = []
-        for m in self.cache.members(key):
-            if runs(m) and m.uid not in evicting and m.node_name in self.cache.nodes:
-                out.append(m.node_name)
-            elif m.uid in inflight:
-                out.append(inflight[m.uid])
-        return out
-
-    def ready_count(self, key: str) -> int:
-        """Running members whose Ready condition is True (what the readiness timeout waits for).
-
-        A member on a node that is not Ready does not count, whether or not the node lifecycle
-        controller has marked the pod itself not Ready yet.
-        """
-        state = self.gangs.get(key)
-        evicting = state.evicting if state is not None else ()
-        nodes = self.cache.nodes
-        return sum(1 for m in self.cache.members(key)
-                   if runs(m) and m.ready and m.uid not in evicting
-                   and (node := nodes.get(m.node_name)) is not None and node.ready)
-
     def min_count(self, state: GangState, spec: GangSpec | None) -> int:
         return spec.min_count if spec is not None else state.min_count_reserved
 
@@ -251,95 +193,3 @@ class Core:
         spec = self.cache.gang_spec(key)
         configured = self.config.gang.bind_timeout_seconds
         return min(spec.bind_timeout, configured) if spec is not None and spec.bind_timeout else configured
-
-    def facts(self, state: GangState) -> Facts:
-        spec = self.cache.gang_spec(state.key)
-        members = self.cache.members(state.key)
-        valid = spec is not None and not spec.problem and spec.min_count >= 1
-        min_count = spec.min_count if spec is not None and valid else max(state.min_count_reserved, 1)
-        running = self.running_count(state.key)
-        backing_off = state.backoff_until > self.clock()
-        return Facts(
-            spec_valid=valid or spec is None,
-            declared=spec is not None,
-            alive=alive_count(members),
-            running=running,
-            min_count=min_count,
-            reserved=self.ledger.reserved_count(state.key),
-            held=len(state.held),
-            binding=state.binds_in_flight > 0,
-            backing_off=backing_off,
-            recovering=self.recovering(state, running, min_count) and not backing_off,
-            deactivated=bool(state.deactivated),
-        )
-
-    def recovering(self, state: GangState, running: int, min_count: int) -> bool:
-        """A gang that ran at quorum and lost members, or (after being Ready) their readiness.
-
-        A gang one of whose members succeeded is finishing: members leaving it are no failure.
-        """
-        if not state.started or state.completing:
-            return False
-        if running < min_count:
-            return True
-        return state.pods_ready and self.ready_count(state.key) < min_count
-
-    def sync(self, state: GangState, reason: str = "") -> Phase:
-        """Move the gang to the phase its facts imply (through the checked transition)."""
-        target = derive_phase(self.facts(state))
-        if target == Phase.BOUND:
-            mark_started(state, True)
-            if state.backoff_until:
-                # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
-                end_backoff(state)
-                self.timers.cancel(state.key, Deadline.BACKOFF)
-        source = state.phase
-        transition(state, target, reason, strict=self.strict, count=self._count)
-        if target != source:
-            for observer in self.observers:
-                observer(state, source, target, state.reason)
-        return target
-
-    def release(self, state: GangState, reason: str, metric_reason: str) -> None:
-        """Drop the whole reservation and answer every held bind with an error.
-
-        kube-scheduler forgets the assumed pods on that error and requeues them; nothing of the
-        gang keeps capacity it may never use.
-        """
-        freed = self.ledger.release_gang(state.key)
-        if freed or state.held:
-            self.metrics.reservation_releases.labels(metric_reason).inc()
-        for held in take_held(state):
-            if not held.answer.done():
-                held.answer.set_result(reason)
-        self.timers.cancel(state.key, Deadline.BIND)
-        clear_reserved(state, reason)
-        if freed:
-            self.wake_gangs_that_did_not_fit(exclude=state.key)
-
-    def wake_gangs_that_did_not_fit(self, exclude: str) -> None:
-        """Capacity came back without a cluster event: nudge gangs that did not fit."""
-        for key, other in self.gangs.items():
-            if key != exclude and other.nofit is not None and not self.ledger.reserved_count(key):
-                self.requeue(key, self.pending_members(key), "capacity released")
-
-    def forget_if_idle(self, key: str) -> None:
-        """Drop a gang's state once nothing refers to it (no members, no PodGroup, nothing held).
-
-        Filter calls may name gangs that do not exist; they must not leave phantom gangs behind.
-        """
-        state = self.gangs.get(key)
-        declared = self.cache.declarations.declared_by_object(key)
-        if state is None or self.cache.gang_members.get(key) or declared:
-            return
-        if self.ledger.reserved_count(key) or state.held or state.binds_in_flight:
-            return
-        if state.backoff_until > self.clock() or state.deactivated:
-            # A requeued gang between its evicted members and the owner's replacements: what it
-            # must wait for, and its count, outlive the pods.
-            return
-        self.timers.cancel_all(key)
-        del self.gangs[key]
-
-    def _count(self, source: Phase, target: Phase) -> None:
-        self.metrics.transitions.labels(str(source), str(target)).inc()

@@ -6,12 +6,13 @@ from typing import Any
 
 from ..topology.placement import format_resources
 from .core import Core
+from .registry import GangRegistry
 from .state import Phase
 
 
-def phase_counts(core: Core) -> dict[str, int]:
+def phase_counts(registry: GangRegistry) -> dict[str, int]:
     counts = {str(phase): 0 for phase in Phase}
-    for state in core.gangs.values():
+    for state in registry.gangs.values():
         counts[str(state.phase)] += 1
     return counts
 
@@ -23,11 +24,11 @@ def inflight(core: Core) -> dict[str, str]:
             for uid, node in sorted(core.ledger.inflight().items())}
 
 
-def gangs(core: Core) -> list[dict[str, Any]]:
+def gangs(core: Core, registry: GangRegistry) -> list[dict[str, Any]]:
     out = []
     now = core.clock()
     pods = core.cache.pods
-    for key, state in sorted(core.gangs.items()):
+    for key, state in sorted(registry.gangs.items()):
         spec = core.cache.gang_spec(key)
         members = core.cache.members(key)
         reservation = core.ledger.reservation_of(key)
@@ -54,9 +55,9 @@ def gangs(core: Core) -> list[dict[str, Any]]:
     return out
 
 
-def document(core: Core) -> dict[str, Any]:
+def document(core: Core, registry: GangRegistry) -> dict[str, Any]:
     return {
-        "gangs": gangs(core),
+        "gangs": gangs(core, registry),
         "reservedPods": core.ledger.reserved_pods(),
         "reservedNodes": core.ledger.reserved_nodes(),
         "inflightBinds": inflight(core),

@@ -29,6 +29,7 @@ from ..topology.victims import Displacement, Unit, choose_victims
 from .core import Core, gang_priority, runs
 from .effects import WARNING
 from .lifecycle import Lifecycle
+from .registry import GangRegistry
 from .state import GangState
 
 log = logging.getLogger(__name__)
@@ -46,8 +47,9 @@ class UnderWay:
 
 
 class Displacer:
-    def __init__(self, core: Core, lifecycle: Lifecycle) -> None:
+    def __init__(self, core: Core, registry: GangRegistry, lifecycle: Lifecycle) -> None:
         self.core = core
+        self.registry = registry
         self.lifecycle = lifecycle
         self.under_way: UnderWay | None = None
         self._searched: dict[str, float] = {}  # gang -> when a search last found nothing
@@ -109,7 +111,7 @@ class Displacer:
         pending = sorted((m for m in core.cache.members(key) if m.pending), key=lambda m: m.name)
         if spec is None or not pending or not all(m.preempts for m in pending):
             return None
-        needed = max(1, spec.min_count - core.running_count(key))
+        needed = max(1, spec.min_count - self.registry.running_count(key))
         if len(pending) < needed:
             return None
         return [Member(m.uid, m.requests) for m in pending[:needed]]
@@ -155,8 +157,8 @@ class Displacer:
             key = unit_gangs.get(unit.key)
             if key is not None:
                 victim_gangs.add(key)
-                self.lifecycle.requeue(core.state(key), f"gang {key}: {reason}", "preempted", backoff=False,
-                                       event="Preempted")
+                self.lifecycle.requeue(self.registry.state(key), f"gang {key}: {reason}", "preempted",
+                                       backoff=False, event="Preempted")
                 continue
             pod = pods.get(unit.pods[0][0])
             if pod is not None:
@@ -173,7 +175,7 @@ class Displacer:
             return []
         problems = []
         for key in sorted(work.victim_gangs):
-            state = self.core.gangs.get(key)
+            state = self.registry.gangs.get(key)
             evicting = state.evicting if state is not None else set()
             left = [m.name for m in self.core.cache.members(key)
                     if runs(m) and m.uid in work.victims and m.uid not in evicting]

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
 from .core import Core, alive_count
+from .registry import GangRegistry
 from .state import GangState, end_backoff
 
 
@@ -163,8 +164,8 @@ def deactivated_gate(core: Core, g: GateInput) -> FilterDecision | None:
     return None
 
 
-def running_gate(core: Core, g: GateInput) -> FilterDecision | None:
-    if core.running_count(g.state.key) >= g.spec.min_count and not core.ledger.reserved_node(g.pod.uid):
+def running_gate(core: Core, registry: GangRegistry, g: GateInput) -> FilterDecision | None:
+    if registry.running_count(g.state.key) >= g.spec.min_count and not core.ledger.reserved_node(g.pod.uid):
         # Quorum is running: extra members schedule normally, away from other reservations.
         return protect_reservations(core, g.pod, g.candidates, own_gang=g.state.key)
     return None
@@ -185,14 +186,14 @@ def already_bound_gate(core: Core, g: GateInput) -> FilterDecision | None:
                                     f"or held by a scheduling gate)")
 
 
-def backoff_gate(core: Core, g: GateInput) -> FilterDecision | None:
+def backoff_gate(core: Core, registry: GangRegistry, g: GateInput) -> FilterDecision | None:
     wait = g.state.backoff_until - core.clock()
     if wait > 0:
         return reject_all(g.candidates, f"gang {g.state.key}: {g.state.reason} ({wait:.0f}s left)")
     if g.state.backoff_until:
         # Over, but its timer has not fired yet (it runs on the loop's clock): end it here.
         end_backoff(g.state)
-        core.sync(g.state, f"gang {g.state.key}: backoff over")
+        registry.sync(g.state, f"gang {g.state.key}: backoff over")
     return None
 
 

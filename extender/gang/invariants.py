@@ -9,23 +9,24 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from .core import Core
+from .registry import GangRegistry
 from .state import GangState, Phase
 
 
-def check_invariants(core: Core, parked: Collection[str]) -> list[str]:
+def check_invariants(core: Core, registry: GangRegistry, parked: Collection[str]) -> list[str]:
     """Every violation, as a sentence; an empty list means the core is consistent. ``parked``:
     the members marked as parked by kube-scheduler (``retry.Retry``)."""
     problems = core.ledger.check()
     problems += core.ledger.overcommitted()
     if core.earmarks is not None:
         problems += core.earmarks.check()
-    for key, state in core.gangs.items():
+    for key, state in registry.gangs.items():
         reservation = core.ledger.reservation_of(key)
         for uid in state.held:
             if uid not in reservation:
                 problems.append(f"gang {key}: held bind for {uid} without a reservation")
         spec = core.cache.gang_spec(key)
-        running = core.running_count(key)
+        running = registry.running_count(key)
         if state.phase == Phase.BOUND and spec is not None and running < spec.min_count:
             problems.append(f"gang {key}: reported Bound with {running}/{spec.min_count} members running")
         if state.phase == Phase.RESERVED and not reservation:
@@ -34,13 +35,13 @@ def check_invariants(core: Core, parked: Collection[str]) -> list[str]:
             problems.append(f"gang {key}: negative bind count")
         problems += _lifecycle_problems(key, state, reservation)
     for gang in core.ledger.gangs():
-        if gang not in core.gangs:
+        if gang not in registry.gangs:
             problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
-    problems += _pod_problems(core, parked)
+    problems += _pod_problems(core, registry, parked)
     return problems
 
 
-def _pod_problems(core: Core, parked: Collection[str]) -> list[str]:
+def _pod_problems(core: Core, registry: GangRegistry, parked: Collection[str]) -> list[str]:
     """Each pod counted once: in flight or reserved, never against a bind the cache shows; marked
     parked only while pending."""
     problems = []
@@ -54,7 +55,7 @@ def _pod_problems(core: Core, parked: Collection[str]) -> list[str]:
         pod = core.cache.pods.get(uid)
         if pod is not None and not pod.pending:
             problems.append(f"pod {pod.key}: marked as parked by kube-scheduler although it is not pending")
-    for uid in _reserved_uids(core):
+    for uid in _reserved_uids(core, registry):
         pod = core.cache.pods.get(uid)
         if pod is not None and pod.node_name:
             problems.append(f"pod {pod.key}: reserved although already bound to {pod.node_name}")
@@ -74,8 +75,8 @@ def _lifecycle_problems(key: str, state: GangState, reservation: dict[str, str])
     return problems
 
 
-def _reserved_uids(core: Core) -> list[str]:
+def _reserved_uids(core: Core, registry: GangRegistry) -> list[str]:
     out: list[str] = []
-    for key in list(core.gangs):
+    for key in list(registry.gangs):
         out.extend(core.ledger.reservation_of(key))
     return out

@@ -16,7 +16,7 @@ A gang that reached quorum is *started*. From then on Quorum still watches it:
   PodGroup, so a restarted Quorum resumes them.
 
 Nothing here changes a phase directly: it changes facts (started, Ready, backoff, deactivated) and
-lets ``Core.sync`` derive the phase.
+lets ``GangRegistry.sync`` derive the phase.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from collections.abc import Callable
 from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
+from .registry import GangRegistry
 from .retry import Retry
 from .started import StartedSignal
 from .state import GangState, Phase, mark_started
@@ -41,9 +42,10 @@ EVICTION_RETRY_SECONDS = 5.0
 
 
 class Lifecycle:
-    def __init__(self, core: Core, retry: Retry, started_signal: StartedSignal,
+    def __init__(self, core: Core, registry: GangRegistry, retry: Retry, started_signal: StartedSignal,
                  rand: Callable[[], float] = random.random) -> None:
         self.core = core
+        self.registry = registry
         self.retry = retry
         self._rand = rand
         self.started_signal = started_signal
@@ -73,7 +75,7 @@ class Lifecycle:
     # ------------------------------------------------------------------ phase changes
     def on_phase(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         """Arm and disarm the readiness and recovery deadlines as the gang moves."""
-        timers = self.core.timers
+        timers = self.registry.timers
         if target == Phase.BOUND:
             timers.cancel(state.key, Deadline.RECOVERY)
             state.recovering_since = 0.0
@@ -95,26 +97,25 @@ class Lifecycle:
     def review(self, key: str, sync: bool = True) -> None:
         """Re-read a gang's members: a started gang may be Ready at quorum, finishing, or losing
         members; then (with ``sync``) its phase follows."""
-        core = self.core
-        state = core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is None:
             return
         if state.started:
             self._note_health(state)
         if sync:
-            core.sync(state)
+            self.registry.sync(state)
 
     def _note_health(self, state: GangState) -> None:
         core, key = self.core, state.key
         members = core.cache.members(key)
         if any(m.succeeded for m in members):
             state.completing = True
-            core.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
+            self.registry.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
         spec = core.cache.gang_spec(key)
         min_count = core.min_count(state, spec)
-        if not state.pods_ready and min_count and core.ready_count(key) >= min_count:
+        if not state.pods_ready and min_count and self.registry.ready_count(key) >= min_count:
             state.pods_ready = True
-            core.timers.cancel(key, Deadline.READY)
+            self.registry.timers.cancel(key, Deadline.READY)
             log.info("gang pods ready", extra={"gang": key})
             core.note(state, "PodsReady", f"gang {key}: {min_count} members Ready")
         self.started_signal.review(state)
@@ -123,26 +124,26 @@ class Lifecycle:
     def _arm_ready(self, state: GangState) -> None:
         timeout = self.ready_timeout(self.core.cache.gang_spec(state.key))
         if timeout > 0:
-            self.core.timers.arm(state.key, Deadline.READY, timeout, self._ready_expired)
+            self.registry.timers.arm(state.key, Deadline.READY, timeout, self._ready_expired)
 
     def _ready_expired(self, key: str) -> None:
         core = self.core
-        state = core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is None or not state.started or state.pods_ready or state.completing:
             return
         spec = core.cache.gang_spec(key)
         timeout = self.ready_timeout(spec)
-        ready, needed = core.ready_count(key), core.min_count(state, spec)
+        ready, needed = self.registry.ready_count(key), core.min_count(state, spec)
         self.requeue(state, f"gang {key}: {ready}/{needed} members Ready within {timeout:g}s of the "
                             f"quorum bind (readiness timeout)", "readiness-timeout")
 
     def _recovery_expired(self, key: str) -> None:
         core = self.core
-        state = core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is None or state.phase not in (Phase.RECOVERING, Phase.BINDING) or not state.started:
             return
         timeout = self.recovery_timeout(core.cache.gang_spec(key))
-        running = core.running_count(key)
+        running = self.registry.running_count(key)
         needed = core.min_count(state, core.cache.gang_spec(key))
         self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running}/{needed} members "
                             f"running)", "recovery-timeout")
@@ -162,8 +163,8 @@ class Lifecycle:
         victims = [m for m in core.cache.members(state.key) if runs(m) or core.ledger.is_inflight(m.uid)]
         victims += core.ledger.unseen_members(state.key)
         self.evict(victims, reason)  # marked at once: from here they no longer count as running
-        core.release(state, reason, "requeue")
-        core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
+        self.registry.release(state, reason, "requeue")
+        self.registry.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
         mark_started(state, False)
         state.pods_ready = False
         self.started_signal.reset(state)
@@ -172,12 +173,12 @@ class Lifecycle:
         core.metrics.requeues.labels(why).inc()
         if not backoff:
             core.note(state, event, reason, WARNING)
-            core.sync(state, reason)
+            self.registry.sync(state, reason)
         elif limit is not None and state.requeues >= limit:
             state.deactivated = f"{reason}; deactivated after {state.requeues} requeue(s)"
             self.persist(state, {ANNOTATION_DEACTIVATED: state.deactivated})
             log.warning("gang deactivated", extra={"gang": state.key, "reason": state.deactivated})
-            core.sync(state, f"gang {state.key}: {state.deactivated}")
+            self.registry.sync(state, f"gang {state.key}: {state.deactivated}")
         else:
             state.requeues += 1
             delay = self.backoff_delay(state.requeues)
@@ -191,7 +192,7 @@ class Lifecycle:
 
     def evict(self, victims: list[PodRecord], reason: str, force: bool = False) -> None:
         for pod in victims:
-            state = self.core.gangs.get(pod.gang_key or "")
+            state = self.registry.gangs.get(pod.gang_key or "")
             if state is not None:
                 state.evicting.add(pod.uid)
         if victims:
@@ -199,7 +200,7 @@ class Lifecycle:
 
     def forget_evicted(self, pod: PodRecord) -> None:
         """The watch shows an evicted member gone or on its way out: it no longer needs a mark."""
-        state = self.core.gangs.get(pod.gang_key or "")
+        state = self.registry.gangs.get(pod.gang_key or "")
         if state is not None:
             state.evicting.discard(pod.uid)
 
@@ -231,7 +232,7 @@ class Lifecycle:
                       WARNING)
 
     def forget_stamped(self, pod: PodRecord) -> None:
-        state = self.core.gangs.get(pod.gang_key or "")
+        state = self.registry.gangs.get(pod.gang_key or "")
         if state is not None:
             state.stamped.discard(pod.uid)
 
@@ -239,7 +240,7 @@ class Lifecycle:
         """Members bound to a node that is gone will never run again: remove them now (as pod GC
         would, about a minute later) so that their owners create replacements."""
         core = self.core
-        stranded = [m for key in list(core.gangs) for m in core.cache.members(key)
+        stranded = [m for key in list(self.registry.gangs) for m in core.cache.members(key)
                     if m.node_name == node and runs(m)]
         if stranded:
             self.evict(stranded, f"node {node} was deleted", force=True)
@@ -266,7 +267,7 @@ class Lifecycle:
     def stamp(self, pod: PodRecord, change: dict[str, str | None] | None = None) -> None:
         """Give a member of an annotation gang the bookkeeping its gang carries (once per pod), or
         ``change`` it on the members that have it."""
-        state = self.core.gangs.get(pod.gang_key or "")
+        state = self.registry.gangs.get(pod.gang_key or "")
         if state is None or pod.uid in state.stamped or pod.uid in state.evicting or pod.deleting \
                 or pod.terminal:
             return
@@ -298,13 +299,13 @@ class Lifecycle:
             state.deactivation_seen = True
             if not state.deactivated:
                 state.deactivated = spec.deactivated
-                core.sync(state, f"gang {state.key}: {spec.deactivated}")
+                self.registry.sync(state, f"gang {state.key}: {spec.deactivated}")
         elif state.deactivated and state.deactivation_seen:
             self._reactivate(state, "its deactivation annotation was removed")
 
     def declaration_changed(self, state: GangState, spec: GangSpec) -> None:
         """A changed declaration is a new start: quorum must be reached again; deactivation ends."""
-        if not spec.is_gang or self.core.running_count(state.key) < spec.min_count:
+        if not spec.is_gang or self.registry.running_count(state.key) < spec.min_count:
             self.forget_start(state)
         if state.deactivated:
             self._reactivate(state, "its declaration changed")
@@ -317,7 +318,7 @@ class Lifecycle:
         state.pods_ready = state.completing = False
         self.started_signal.reset(state)
         state.recovering_since = 0.0
-        self.core.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
+        self.registry.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
 
     def _reactivate(self, state: GangState, why: str) -> None:
         state.deactivated = ""
@@ -325,5 +326,5 @@ class Lifecycle:
         state.requeues = 0
         self.persist(state, {ANNOTATION_DEACTIVATED: None, ANNOTATION_REQUEUES: None,
                              ANNOTATION_BACKOFF_UNTIL: None})
-        self.core.sync(state, f"gang {state.key}: reactivated ({why})")
+        self.registry.sync(state, f"gang {state.key}: reactivated ({why})")
         self.retry.nudge_gang(state.key, "reactivated")

@@ -16,6 +16,7 @@ from ..topology.apart import resolve_apart
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slices import place_sliced
 from .core import Core
+from .registry import GangRegistry
 from .state import ClaimEpoch, GangState, NoFitMemo, note_reserved
 
 log = logging.getLogger(__name__)
@@ -81,8 +82,9 @@ def fingerprint(candidates: list[str]) -> tuple[int, int]:
 
 
 class Planner:
-    def __init__(self, core: Core, claims: ClaimEpoch) -> None:
+    def __init__(self, core: Core, registry: GangRegistry, claims: ClaimEpoch) -> None:
         self.core = core
+        self.registry = registry
         self.level_names = tuple(level.name for level in core.config.levels)
         self.level_labels = tuple(level.node_label for level in core.config.levels)
         self._claims = claims
@@ -258,7 +260,7 @@ class Planner:
         core = self.core
         if key == exclude or core.ledger.reserved_count(key):
             return None
-        state = core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is not None and (state.held or state.binds_in_flight or state.backoff_until > core.clock()):
             return None
         spec = core.cache.gang_spec(key)
@@ -278,7 +280,7 @@ class Planner:
         pending = [m for m in members if m.pending and m.uid not in inflight]
         if len(pending) < spec.min_count - len(bound_nodes):
             return None
-        state = core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is not None and self.nofit_unchanged(state):
             return None
         return pending, bound_nodes

@@ -19,25 +19,26 @@ from typing import Any
 from ..cluster.records import PodRecord
 from .core import Core, runs
 from .queue import GangQueue
+from .registry import GangRegistry
 
 log = logging.getLogger(__name__)
 
 Victims = dict[str, dict[str, Any]]  # node -> {"Pods": [{"UID": ...}], "NumPDBViolations": n}
 
 
-def veto_gang_breaking(core: Core, victims: Victims) -> Victims:
+def veto_gang_breaking(core: Core, registry: GangRegistry, victims: Victims) -> Victims:
     """Pass the scheduler's victims through, minus nodes whose evictions would take a running gang
     below its quorum (kube-scheduler evicts the victims of the one node it picks)."""
     out: Victims = {}
     for node, entry in victims.items():
         uids = [p.get("UID", "") for p in entry.get("Pods", [])]
-        if not uids or _breaks_gang(core, uids):
+        if not uids or _breaks_gang(core, registry, uids):
             continue
         out[node] = entry
     return out
 
 
-def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims,
+def gang_aware(core: Core, registry: GangRegistry, queue: GangQueue, pod: PodRecord, victims: Victims,
                ask_again: Callable[[str], None]) -> Victims:
     """The victims worth evicting for ``pod``: for a member of a gang that is not running, only
     those Quorum's own whole-gang preemption is evicting for its gang (none when it is off).
@@ -45,7 +46,7 @@ def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims,
     A refusal that only Quorum's watch can lift (the gang not known or not complete yet) is
     followed by no cluster event kube-scheduler would retry on, so ``ask_again`` marks the gang
     for the re-check its next change triggers."""
-    kept = veto_gang_breaking(core, victims)
+    kept = veto_gang_breaking(core, registry, victims)
     gang = pod.gang_key
     if gang is None:
         return kept
@@ -55,14 +56,15 @@ def gang_aware(core: Core, queue: GangQueue, pod: PodRecord, victims: Victims,
         # cannot be judged, so nothing is evicted for it; kube-scheduler tries again later.
         ask_again(gang)
         return _refused(core, gang, "its gang is not known yet")
-    if not spec.is_gang or spec.problem or spec.min_count < 1 or core.running_count(gang) >= spec.min_count:
+    if not spec.is_gang or spec.problem or spec.min_count < 1 or \
+            registry.running_count(gang) >= spec.min_count:
         return kept  # not a gang, or an extra member of a running gang: it preempts like any pod
     if not core.config.preemption.enabled:
         return _refused(core, gang, "whole-gang preemption is off")
     if not _complete(core, pod, gang, spec.min_count):
         ask_again(gang)
         return _refused(core, gang, "the gang is not complete")
-    return _in_plan(core, queue, gang, victims)
+    return _in_plan(core, registry, queue, gang, victims)
 
 
 def _complete(core: Core, pod: PodRecord, gang: str, min_count: int) -> bool:
@@ -73,10 +75,10 @@ def _complete(core: Core, pod: PodRecord, gang: str, min_count: int) -> bool:
     return alive >= min_count
 
 
-def _in_plan(core: Core, queue: GangQueue, gang: str, victims: Victims) -> Victims:
+def _in_plan(core: Core, registry: GangRegistry, queue: GangQueue, gang: str, victims: Victims) -> Victims:
     """The proposed victims Quorum's own displacement for the gang is evicting."""
-    state = core.state(gang)
-    core.sync(state)
+    state = registry.state(gang)
+    registry.sync(state)
     wanted = queue.displace(gang)
     out: Victims = {}
     for node, entry in victims.items():  # a gang in Quorum's plan goes whole: no veto applies
@@ -94,7 +96,7 @@ def _refused(core: Core, gang: str, why: str) -> Victims:
     return {}
 
 
-def _breaks_gang(core: Core, uids: list[str]) -> bool:
+def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str]) -> bool:
     """Whether evicting these pods together leaves some gang running below its quorum."""
     taken: dict[str, int] = {}
     for uid in uids:
@@ -106,6 +108,6 @@ def _breaks_gang(core: Core, uids: list[str]) -> bool:
             taken[record.gang_key] = taken.get(record.gang_key, 0) + 1
     for gang, count in taken.items():
         spec = core.cache.gang_spec(gang)
-        if spec is not None and spec.is_gang and core.running_count(gang) - count < spec.min_count:
+        if spec is not None and spec.is_gang and registry.running_count(gang) - count < spec.min_count:
             return True
     return False

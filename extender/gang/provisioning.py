@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.model import fits, format_resources
 from .core import Core
+from .registry import GangRegistry
 from .serial import InOrder
 from .state import GangState, Phase, set_reason
 
@@ -59,9 +60,10 @@ class ScaleUp:
 
 
 class Provisioner:
-    def __init__(self, core: Core, recheck: Callable[[], None],
+    def __init__(self, core: Core, registry: GangRegistry, recheck: Callable[[], None],
                  report: Callable[[GangState], None] | None = None) -> None:
         self.core = core
+        self.registry = registry
         self._recheck = recheck
         self._report = report
         self.requests: dict[str, ScaleUp] = {}  # gang key -> its open request
@@ -201,15 +203,15 @@ class Provisioner:
             return
         members = self.core.cache.members(key)
         pending = [m for m in members if m.pending]
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if not any(m.consumes for m in pending) or len(members) < spec.min_count or (
                 state is not None and (state.phase in _DONE or self.core.ledger.reserved_count(key))):
             return
-        state = self.core.state(key)
+        state = self.registry.state(key)
         asked = self.on_nofit(state, spec, pending, spec.min_count - self.core.cache.bound_count(key))
         if asked and asked not in state.reason:
             set_reason(state, f"no node can take it now; {asked}")
-            self.core.sync(state)
+            self.registry.sync(state)
             if self._report is not None:
                 self._report(state)
 

@@ -25,6 +25,7 @@ from ..topology.claims import ClaimDomain, choose_claim, copies, envelope
 from ..topology.placement import Member
 from .core import Core, gang_priority
 from .displacement import Displacer
+from .registry import GangRegistry
 from .state import Claim, ClaimEpoch, GangState, Phase
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,10 @@ UNUSED_CLAIM_PAUSE_SECONDS = 300.0
 
 
 class GangQueue:
-    def __init__(self, core: Core, displacer: Displacer | None, epoch: ClaimEpoch) -> None:
+    def __init__(self, core: Core, registry: GangRegistry, displacer: Displacer | None,
+                 epoch: ClaimEpoch) -> None:
         self.core = core
+        self.registry = registry
         self.displacer = displacer  # whole-gang preemption, when configured
         self.claim: Claim | None = None
         self._epoch = epoch
@@ -71,7 +74,7 @@ class GangQueue:
     def _reorder(self) -> None:
         if not self._dirty:
             return
-        waiting = [s for s in self.core.gangs.values() if s.phase == Phase.PENDING and s.queued_since]
+        waiting = [s for s in self.registry.gangs.values() if s.phase == Phase.PENDING and s.queued_since]
         self._priority = {s.key: self.priority_of(s.key) for s in waiting}
         waiting.sort(key=lambda s: (-self._priority[s.key], s.queued_since, s.key))
         self._order = [s.key for s in waiting]
@@ -108,7 +111,7 @@ class GangQueue:
         if claim is None or gang == claim.gang or priority > claim.priority:
             return None
         if gang is not None:
-            state = self.core.gangs.get(gang)
+            state = self.registry.gangs.get(gang)
             if state is not None and state.started:
                 return None
         return claim
@@ -128,7 +131,7 @@ class GangQueue:
         head = self._settle_claim()
         if self.claim is not None or head is None or not self.core.config.starvation.enabled:
             return
-        state = self.core.gangs[head]
+        state = self.registry.gangs[head]
         if self.displacer is not None and state.nofit is not None and self._displace(state):
             return
         self._claim_when_due(head, state)
@@ -136,8 +139,7 @@ class GangQueue:
     def _settle_claim(self) -> str | None:
         """Release the claim if its gang is gone, is no longer first or left it unused; let a claim
         still waiting for capacity preempt for its gang. The head of the queue (None: none)."""
-        core = self.core
-        if self.claim is not None and self.claim.gang not in core.gangs:
+        if self.claim is not None and self.claim.gang not in self.registry.gangs:
             self._release(f"gang {self.claim.gang} is gone")
         self._reorder()
         head = self._head()
@@ -146,8 +148,8 @@ class GangQueue:
         if self.claim is not None and self._check_unused(self.claim):
             head = self._head()
         if head is not None and self.claim is not None and self.claim.gang == head and \
-                self.displacer is not None and core.gangs[head].nofit is not None:
-            self._displace(core.gangs[head])  # a claim waiting for capacity may preempt for it
+                self.displacer is not None and self.registry.gangs[head].nofit is not None:
+            self._displace(self.registry.gangs[head])  # a claim waiting for capacity may preempt for it
         return head
 
     def _claim_when_due(self, head: str, state: GangState) -> None:
@@ -208,7 +210,7 @@ class GangQueue:
         if self._room_since and now - self._room_since >= UNUSED_CLAIM_SECONDS:
             self._unused[claim.gang] = now
             self._dirty = True
-            state = core.gangs.get(claim.gang)
+            state = self.registry.gangs.get(claim.gang)
             if state is not None:
                 core.note(state, "ClaimUnused",
                           f"gang {claim.gang}: {claim.level} {claim.domain} had room for it for "
@@ -229,7 +231,7 @@ class GangQueue:
             return frozenset()
         self._dirty = True
         self._reorder()
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is not None and self._head() == key:
             self._displace(state)
         return self.displacer.victims_for(key)
@@ -249,7 +251,7 @@ class GangQueue:
         core = self.core
         spec = core.cache.gang_spec(state.key)
         pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
-        needed = max(1, (spec.min_count if spec else 1) - core.running_count(state.key))
+        needed = max(1, (spec.min_count if spec else 1) - self.registry.running_count(state.key))
         return [Member(m.uid, m.requests) for m in pending[:needed]]
 
     def _make(self, state: GangState) -> None:
@@ -295,7 +297,7 @@ class GangQueue:
         self.core.metrics.claims.labels("released").inc()
         log.info("claim released", extra={"gang": claim.gang, "domain": claim.domain, "why": why})
         # Gangs kept off the domain may fit now; plain pods retry on the cluster events that follow.
-        self.core.wake_gangs_that_did_not_fit(exclude=claim.gang)
+        self.registry.wake_gangs_that_did_not_fit(exclude=claim.gang)
 
     # ------------------------------------------------------------------ scheduling of refreshes
     def _refresh_soon(self) -> None:
@@ -350,14 +352,14 @@ class GangQueue:
         claim = self.claim
         if claim is None:
             return []
-        state = self.core.gangs.get(claim.gang)
+        state = self.registry.gangs.get(claim.gang)
         if state is None or state.phase != Phase.PENDING:
             phase = state.phase if state is not None else "gone"
             return [f"claim held by gang {claim.gang}, which is not waiting ({phase})"]
         problems = []
         for node in sorted(claim.nodes):
             for gang in self.core.ledger.gangs_on(node):
-                other = self.core.gangs.get(gang)
+                other = self.registry.gangs.get(gang)
                 if gang == claim.gang or gang in claim.grandfathered or (other is not None and other.started):
                     continue
                 if self.priority_of(gang) > claim.priority:
@@ -367,7 +369,7 @@ class GangQueue:
 
     def view(self, key: str) -> dict[str, object]:
         """What /debug/gangs says of a gang's place in the queue."""
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         position = self.position(key)
         now = self.core.clock()
         out: dict[str, object] = {"priority": self.priority_of(key), "queuePosition": position}

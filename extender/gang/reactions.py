@@ -33,6 +33,7 @@ from .core import Core
 from .lifecycle import Lifecycle
 from .provisioning import Provisioner
 from .queue import GangQueue
+from .registry import GangRegistry
 from .retry import Retry
 from .state import GangState, Phase, reset_failures, see_declaration
 from .timers import Deadline
@@ -41,9 +42,10 @@ from .timers import Deadline
 class CacheReactions:
     """The gang core's side of cache events: a part the coordinator holds, given what it uses."""
 
-    def __init__(self, core: Core, binder: Binder, retry: Retry, lifecycle: Lifecycle,
+    def __init__(self, core: Core, registry: GangRegistry, binder: Binder, retry: Retry, lifecycle: Lifecycle,
                  provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None]) -> None:
         self.core = core
+        self.registry = registry
         self.cache = core.cache
         self.binder = binder
         self.retry = retry
@@ -73,20 +75,21 @@ class CacheReactions:
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:
             core.ledger.unreserve(event.key)  # bound by someone else, or a late watch: no double count
-            if reservation.gang in core.gangs:
-                core.sync(core.gangs[reservation.gang])
+            if reservation.gang in self.registry.gangs:
+                self.registry.sync(self.registry.gangs[reservation.gang])
         if event.pod is not None and event.pod.gang_key:
-            state = core.gangs.get(event.pod.gang_key)
+            state = self.registry.gangs.get(event.pod.gang_key)
             if state is not None:
-                if core.running_count(state.key) >= core.min_count(state, core.cache.gang_spec(state.key)):
+                running = self.registry.running_count(state.key)
+                if running >= core.min_count(state, core.cache.gang_spec(state.key)):
                     reset_failures(state)
                     if not state.held and not state.binds_in_flight:
                         # At quorum (members bound elsewhere, or a late watch): what is still
                         # reserved belongs to extras, which keep no capacity they may never use.
                         core.ledger.release_gang(state.key)
                     if not core.ledger.reserved_count(state.key):
-                        core.timers.cancel(state.key, Deadline.BIND)
-                core.sync(state, f"gang {state.key}: member {event.pod.key} bound")
+                        self.registry.timers.cancel(state.key, Deadline.BIND)
+                self.registry.sync(state, f"gang {state.key}: member {event.pod.key} bound")
                 self.lifecycle.review(state.key)
 
     def _on_pod_removed(self, event: CacheEvent) -> None:
@@ -96,10 +99,10 @@ class CacheReactions:
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
         if reservation is not None:
-            state = core.state(reservation.gang)
+            state = self.registry.state(reservation.gang)
             pod = event.pod.key if event.pod else event.key
-            core.release(state, f"gang {state.key}: member {pod} was deleted", "member-deleted")
-            core.sync(state)
+            self.registry.release(state, f"gang {state.key}: member {pod} was deleted", "member-deleted")
+            self.registry.sync(state)
         if event.pod is not None and event.pod.gang_key:
             if event.pod.uid not in core.cache.pods:
                 self.lifecycle.forget_evicted(event.pod)  # gone for good (deleting: still marked)
@@ -133,9 +136,9 @@ class CacheReactions:
     def _on_node_removed(self, event: CacheEvent) -> None:
         self.lifecycle.node_deleted(event.key)
         for key in self.core.ledger.gangs_on(event.key):
-            state = self.core.state(key)
-            self.core.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
-            self.core.sync(state)
+            state = self.registry.state(key)
+            self.registry.release(state, f"gang {key}: reserved node {event.key} was deleted", "node-deleted")
+            self.registry.sync(state)
 
     def _release_overcommitted(self, node: str, why: str) -> None:
         """A pod bound outside Quorum (another scheduler, a user's nodeName) took capacity a gang had
@@ -146,9 +149,9 @@ class CacheReactions:
         if ledger.short_on(node) is None:
             return
         for key in ledger.gangs_on(node):
-            state = self.core.state(key)
-            self.core.release(state, f"gang {key}: reserved node {node} is full ({why})", "node-changed")
-            self.core.sync(state)
+            state = self.registry.state(key)
+            self.registry.release(state, f"gang {key}: reserved node {node} is full ({why})", "node-changed")
+            self.registry.sync(state)
 
     def _on_devices_moved(self, event: CacheEvent) -> None:
         """DRA devices freed (a waiting gang may fit) or taken outside Quorum's reservations."""
@@ -165,27 +168,27 @@ class CacheReactions:
             return
         shrunk = ledger.short_on(event.key) is not None
         for key in ledger.gangs_on(event.key):
-            state = self.core.state(key)
+            state = self.registry.state(key)
             if shrunk or state.domain:
-                self.core.release(state, f"gang {key}: reserved node {event.key} changed", "node-changed")
-                self.core.sync(state)
+                self.registry.release(state, f"gang {key}: reserved node {event.key} changed", "node-changed")
+                self.registry.sync(state)
 
     def _on_gang_removed(self, event: CacheEvent) -> None:
         self.provisioner.gang_removed(event.key)
-        state = self.core.gangs.get(event.key)
+        state = self.registry.gangs.get(event.key)
         if state is not None:
-            self.core.release(state, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
+            self.registry.release(state, f"gang {event.key}: its PodGroup was deleted", "gang-deleted")
             self.lifecycle.forget_start(state)
             self._settle(event.key)
 
     def _on_gang_changed(self, event: CacheEvent) -> None:
         core = self.core
-        state = core.gangs.get(event.key)
+        state = self.registry.gangs.get(event.key)
         spec = core.cache.gang_spec(event.key)
         if spec is None:
             return
         if state is None and (spec.requeues or spec.deactivated):
-            state = core.state(event.key)  # requeued or deactivated before a restart: resume it
+            state = self.registry.state(event.key)  # requeued or deactivated before a restart: resume it
             see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)
             return
@@ -202,7 +205,7 @@ class CacheReactions:
             return
         see_declaration(state, spec)
         self.lifecycle.declaration_changed(state, spec)
-        core.sync(state, self._redeclared(state, spec, from_podgroup=event.pod is None))
+        self.registry.sync(state, self._redeclared(state, spec, from_podgroup=event.pod is None))
 
     def _redeclared(self, state: GangState, spec: GangSpec, from_podgroup: bool) -> str:
         """Release a reservation the new declaration cannot keep, or wake the members of a gang
@@ -211,13 +214,13 @@ class CacheReactions:
         key = state.key
         reason = ""
         reserved = core.ledger.reserved_count(key)
-        needed = spec.min_count - core.running_count(key)
+        needed = spec.min_count - self.registry.running_count(key)
         if (reserved or state.held) and (not spec.is_gang or spec.problem):
             # No longer a (valid) gang: its members schedule on their own, holding nothing.
-            core.release(state, f"gang {key}: no longer a gang ({spec.problem or 'basic policy'})",
+            self.registry.release(state, f"gang {key}: no longer a gang ({spec.problem or 'basic policy'})",
                          "gang-changed")
         elif reserved and not state.binds_in_flight and needed > reserved + len(state.held):
-            core.release(state, f"gang {key}: min count raised to {spec.min_count}", "gang-changed")
+            self.registry.release(state, f"gang {key}: min count raised to {spec.min_count}", "gang-changed")
         elif not reserved and not state.held and state.phase != Phase.BOUND and from_podgroup:
             # Only a PodGroup change wakes members: members whose annotations disagree would flip
             # the declaration on every pod update, and a nudge is itself a pod update.
@@ -233,10 +236,10 @@ class CacheReactions:
         self.provisioner.sweep()
 
     def _settle(self, key: str) -> None:
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is not None:
-            self.core.sync(state)
-            self.core.forget_if_idle(key)
+            self.registry.sync(state)
+            self.registry.forget_if_idle(key)
 
     _handlers: ClassVar[dict[str, Callable[[CacheReactions, CacheEvent], None]]] = {
         CAPACITY_FREED: _on_capacity,

@@ -15,6 +15,7 @@ from typing import Protocol
 
 from ..cluster.records import PodRecord
 from .core import Core, alive_count
+from .registry import GangRegistry
 from .state import GangState, count_failure, end_backoff, start_backoff
 from .timers import Deadline
 
@@ -35,8 +36,9 @@ class NoFitMemory(Protocol):
 
 
 class Retry:
-    def __init__(self, core: Core, fits: NoFitMemory) -> None:
+    def __init__(self, core: Core, registry: GangRegistry, fits: NoFitMemory) -> None:
         self.core = core
+        self.registry = registry
         self._fits = fits
         self._recheck: asyncio.TimerHandle | None = None
         self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
@@ -61,7 +63,7 @@ class Retry:
 
     # ----------------------------------------------------------------- bind deadline
     def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
-        self.core.timers.arm(state.key, Deadline.BIND, self.core.bind_timeout(state.key), on_expiry)
+        self.registry.timers.arm(state.key, Deadline.BIND, self.core.bind_timeout(state.key), on_expiry)
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:
@@ -75,18 +77,18 @@ class Retry:
         """Keep the gang in Backoff for ``delay`` seconds, then wake its pending members."""
         start_backoff(state, self.core.clock() + delay, reason)
         self.core.metrics.backoffs.inc()
-        self.core.timers.arm(state.key, Deadline.BACKOFF, delay, self._backoff_over)
+        self.registry.timers.arm(state.key, Deadline.BACKOFF, delay, self._backoff_over)
         log.info("gang backoff", extra={"gang": state.key, "seconds": delay, "reason": reason})
-        self.core.sync(state, state.reason)
+        self.registry.sync(state, state.reason)
 
     def _backoff_over(self, key: str) -> None:
-        state = self.core.gangs.get(key)
+        state = self.registry.gangs.get(key)
         if state is None:
             return
         end_backoff(state)
-        self.core.sync(state, f"gang {key}: backoff over")
+        self.registry.sync(state, f"gang {key}: backoff over")
         self.core.requeue(key, self.core.pending_members(key), "backoff over")
-        self.core.forget_if_idle(key)
+        self.registry.forget_if_idle(key)
 
     # ----------------------------------------------------------------- nudges
     def nudge_gang(self, key: str, reason: str) -> None:
@@ -114,7 +116,7 @@ class Retry:
 
     def note_rejection_of(self, gang: str) -> None:
         """A refusal only Quorum's watch can lift: the gang's next change re-checks it."""
-        self.note_rejection(self.core.state(gang))
+        self.note_rejection(self.registry.state(gang))
 
     def schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -136,7 +138,7 @@ class Retry:
         self._recheck = None
         core = self.core
         now = core.clock()
-        for key, state in list(core.gangs.items()):
+        for key, state in list(self.registry.gangs.items()):
             if (state.rejected_at <= now - STALE_ANSWER_WINDOW_SECONDS or core.ledger.reserved_count(key)
                     or state.backoff_until > now):
                 continue

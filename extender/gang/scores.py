@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from ..topology.scoring import ScoreTable, distance_scores, occupancy_score
 from .core import Core
+from .registry import GangRegistry
 
 
 class Scorer:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
+        self.registry = registry
         self._occupancy_epoch = -1
         self._occupancy_scores: dict[str, int] = {}
 
@@ -37,6 +39,6 @@ class Scorer:
 
     def _gang_paths(self, gang: str) -> list[tuple[str, ...]]:
         nodes = self.core.cache.nodes
-        names = set(self.core.running_nodes(gang))
+        names = set(self.registry.running_nodes(gang))
         names.update(self.core.ledger.reservation_of(gang).values())
         return [nodes[n].paths for n in names if n in nodes]

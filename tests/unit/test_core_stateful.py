@@ -251,7 +251,7 @@ class CoreMachine(RuleBasedStateMachine):
         spec = self.coordinator.cache.gang_spec(gang) if gang else None
         if gang is None or spec is None or not spec.is_gang:
             return int(obj["spec"].get("priority", 0)) <= claim.priority
-        state = self.coordinator.core.gangs.get(gang)
+        state = self.coordinator.registry.gangs.get(gang)
         return queue.priority_of(gang) <= claim.priority and not (state is not None and state.started)
 
     @precondition(lambda self: self.pending())

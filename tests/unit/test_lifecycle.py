@@ -114,11 +114,11 @@ async def test_a_requeue_evicts_a_member_quorum_bound_before_the_watch_ever_show
     world.pods["g2"] = late
     passing = world.coordinator.filter(*typed(late), world.names).passing
     assert passing and await world.bind("g2", passing[0]) == ""
-    assert world.coordinator.core.running_count("ml/g") == 3
+    assert world.coordinator.registry.running_count("ml/g") == 3
     await asyncio.sleep(0.15)
     assert sorted(world.actions.evicted) == ["g0", "g1", "g2"]
     assert world.coordinator.phase_of("ml/g") == "Backoff"
-    assert world.coordinator.core.running_count("ml/g") == 0
+    assert world.coordinator.registry.running_count("ml/g") == 0
     assert world.coordinator.check_invariants() == []
 
 

@@ -183,7 +183,7 @@ async def test_a_gang_whose_pods_consume_a_request_is_asked_for_without_a_filter
     # The rack missing the least (2 of 4), asked for the whole gang: the autoscaler may count the
     # pending pods and the request against the same free nodes.
     assert key == "ml/train-capacity" and asked["count"] == 4 and asked["selector"] == {RACK: "b0-r0"}
-    reason = world.coordinator.core.gangs["ml/train"].reason
+    reason = world.coordinator.registry.gangs["ml/train"].reason
     assert reason.startswith("no node can take it now; asked the autoscaler for room for 4 more"), reason
 
 
@@ -201,7 +201,7 @@ async def test_with_no_node_in_any_rack_the_request_keeps_its_pods_in_one_rack()
     await settled()
     (asked,) = world.actions.scale_ups.values()
     assert asked["selector"] == {} and asked["together"] == RACK and asked["count"] == 4
-    assert "in any one rack" in world.coordinator.core.gangs["ml/train"].reason
+    assert "in any one rack" in world.coordinator.registry.gangs["ml/train"].reason
 
 
 async def test_gangs_without_the_annotation_are_asked_for_only_from_filter() -> None:
@@ -249,7 +249,7 @@ async def test_a_request_someone_else_made_under_that_name_is_left_alone() -> No
     consumer_gang(world)
     await settled()
     assert world.actions.scale_ups == {}
-    assert "consume ProvisioningRequest train-capacity" in world.coordinator.core.gangs["ml/train"].reason
+    assert "consume ProvisioningRequest train-capacity" in world.coordinator.registry.gangs["ml/train"].reason
 
 
 async def test_refused_domains_are_asked_again_after_a_while() -> None:
@@ -261,7 +261,7 @@ async def test_refused_domains_are_asked_again_after_a_while() -> None:
         answered(world, "Failed", "CapacityIsNotFound")
     await settled()
     assert world.actions.scale_ups == {}
-    assert "the autoscaler cannot add it in any rack" in world.coordinator.core.gangs["ml/train"].reason
+    assert "the autoscaler cannot add it in any rack" in world.coordinator.registry.gangs["ml/train"].reason
     now[0] += REFUSAL_MEMORY_SECONDS + 1
     world.coordinator.provisioner.consider("ml/train")
     await settled()

@@ -76,7 +76,7 @@ async def test_a_requeued_gang_closes_its_barrier_again() -> None:
     world = LifecycleWorld(started_config_maps=True)
     await run_and_start(world, opted_in(world, "train", 2))
     assert "ml/train-started" in world.actions.configmaps
-    state: Any = world.coordinator.core.gangs["ml/train"]
+    state: Any = world.coordinator.registry.gangs["ml/train"]
     world.coordinator.lifecycle.requeue(state, "gang ml/train: a test requeues it", "test")
     await asyncio.sleep(0)
     assert world.actions.deleted_configmaps == ["ml/train-started"]
