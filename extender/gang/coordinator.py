@@ -66,7 +66,7 @@ class Coordinator:
         registry = self.registry = GangRegistry(core)
         claim_epoch = ClaimEpoch()  # the queue moves it, the planner's no-fit memo reads it
         self.binder = Binder(core, registry)
-        self.reporter = Reporter(core)
+        self.reporter = Reporter(core, registry)
         self.planner = Planner(core, registry, claim_epoch)
         self.retry = Retry(core, registry, self.planner)
         self.lifecycle = Lifecycle(core, registry, self.retry, StartedSignal(core))

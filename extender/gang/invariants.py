@@ -37,6 +37,7 @@ def check_invariants(core: Core, registry: GangRegistry, parked: Collection[str]
     for gang in core.ledger.gangs():
         if gang not in registry.gangs:
             problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
+    problems += registry.check()
     problems += _pod_problems(core, registry, parked)
     return problems
 

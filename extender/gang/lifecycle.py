@@ -25,6 +25,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
@@ -41,6 +42,21 @@ EVICTION_ATTEMPTS = 12  # a PodDisruptionBudget may refuse for a while: try for 
 EVICTION_RETRY_SECONDS = 5.0
 
 
+@dataclass(slots=True)
+class AfterBind:
+    """What the lifecycle alone remembers about a gang (kept in the registry's table for it)."""
+
+    recovering_since: float = 0.0  # when it fell below minCount (0: it has not)
+    deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
+    # (requeues, deactivated) Quorum last wrote on the PodGroup and has not seen come back yet:
+    # until it does, what the watch shows is older than what Quorum knows.
+    expected_bookkeeping: tuple[int, str] | None = None
+    # A gang declared by annotations keeps its bookkeeping on its members: what to write on each
+    # member, and the members that have it.
+    stamp: dict[str, str | None] = field(default_factory=dict)
+    stamped: set[str] = field(default_factory=set)
+
+
 class Lifecycle:
     def __init__(self, core: Core, registry: GangRegistry, retry: Retry, started_signal: StartedSignal,
                  rand: Callable[[], float] = random.random) -> None:
@@ -49,6 +65,7 @@ class Lifecycle:
         self.retry = retry
         self._rand = rand
         self.started_signal = started_signal
+        self._after_bind = registry.table(AfterBind)
 
     # ------------------------------------------------------------------ settings
     def ready_timeout(self, spec: GangSpec | None) -> float:
@@ -75,16 +92,16 @@ class Lifecycle:
     # ------------------------------------------------------------------ phase changes
     def on_phase(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         """Arm and disarm the readiness and recovery deadlines as the gang moves."""
-        timers = self.registry.timers
+        timers, notes = self.registry.timers, self._after_bind.of(state)
         if target == Phase.BOUND:
             timers.cancel(state.key, Deadline.RECOVERY)
-            state.recovering_since = 0.0
+            notes.recovering_since = 0.0
             self.review(state.key, sync=False)
             if not state.pods_ready and not timers.armed(state.key, Deadline.READY):
                 self._arm_ready(state)
         elif target == Phase.RECOVERING:
-            if not state.recovering_since:
-                state.recovering_since = self.core.clock()
+            if not notes.recovering_since:
+                notes.recovering_since = self.core.clock()
                 log.info("gang recovering", extra={"gang": state.key, "reason": reason})
             timeout = self.recovery_timeout(self.core.cache.gang_spec(state.key))
             if timeout and not timers.armed(state.key, Deadline.RECOVERY):
@@ -92,7 +109,7 @@ class Lifecycle:
         elif target in (Phase.BACKOFF, Phase.DEACTIVATED, Phase.PENDING, Phase.WAITING_FOR_MEMBERS):
             if not state.started:
                 timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
-                state.recovering_since = 0.0
+                notes.recovering_since = 0.0
 
     def review(self, key: str, sync: bool = True) -> None:
         """Re-read a gang's members: a started gang may be Ready at quorum, finishing, or losing
@@ -168,7 +185,7 @@ class Lifecycle:
         mark_started(state, False)
         state.pods_ready = False
         self.started_signal.reset(state)
-        state.recovering_since = 0.0
+        self._after_bind.of(state).recovering_since = 0.0
         limit = core.config.lifecycle.backoff_limit_count
         core.metrics.requeues.labels(why).inc()
         if not backoff:
@@ -234,7 +251,7 @@ class Lifecycle:
     def forget_stamped(self, pod: PodRecord) -> None:
         state = self.registry.gangs.get(pod.gang_key or "")
         if state is not None:
-            state.stamped.discard(pod.uid)
+            self._after_bind.of(state).stamped.discard(pod.uid)
 
     def node_deleted(self, node: str) -> None:
         """Members bound to a node that is gone will never run again: remove them now (as pod GC
@@ -254,41 +271,45 @@ class Lifecycle:
         spec = self.core.cache.gang_spec(state.key)
         if spec is None:
             return
+        notes = self._after_bind.of(state)
         if spec.home is None:
-            state.stamp = {k: v for k, v in {**state.stamp, **annotations}.items() if v is not None}
-            state.stamped.clear()
+            notes.stamp = {k: v for k, v in {**notes.stamp, **annotations}.items() if v is not None}
+            notes.stamped.clear()
             for member in self.core.cache.members(state.key):
                 self.stamp(member, annotations)
             return
         expected = (state.requeues, state.deactivated)
-        state.expected_bookkeeping = expected
+        notes.expected_bookkeeping = expected
         self.core.spawn(self._write(state, spec.home, annotations, expected))
 
     def stamp(self, pod: PodRecord, change: dict[str, str | None] | None = None) -> None:
         """Give a member of an annotation gang the bookkeeping its gang carries (once per pod), or
         ``change`` it on the members that have it."""
         state = self.registry.gangs.get(pod.gang_key or "")
-        if state is None or pod.uid in state.stamped or pod.uid in state.evicting or pod.deleting \
-                or pod.terminal:
+        if state is None or pod.uid in state.evicting or pod.deleting or pod.terminal:
             return
-        annotations = dict(state.stamp) if change is None else change
+        notes = self._after_bind.of(state)
+        if pod.uid in notes.stamped:
+            return
+        annotations = dict(notes.stamp) if change is None else change
         if annotations:
-            state.stamped.add(pod.uid)
+            notes.stamped.add(pod.uid)
             self.core.spawn(self.core.actions.annotate_pod(pod.namespace, pod.name, annotations))
 
     async def _write(self, state: GangState, home: GangHome, annotations: dict[str, str | None],
                      expected: tuple[int, str]) -> None:
         written = await self.core.actions.annotate_gang(home, annotations)
-        if not written and state.expected_bookkeeping == expected:
-            state.expected_bookkeeping = None  # it will never come back: trust the watch again
+        notes = self._after_bind.of(state)
+        if not written and notes.expected_bookkeeping == expected:
+            notes.expected_bookkeeping = None  # it will never come back: trust the watch again
 
     def adopt(self, state: GangState, spec: GangSpec) -> None:
         """Take over the bookkeeping an earlier instance (or this one) wrote on the PodGroup."""
-        core = self.core
-        if state.expected_bookkeeping is not None:
-            if state.expected_bookkeeping != (spec.requeues, spec.deactivated):
+        core, notes = self.core, self._after_bind.of(state)
+        if notes.expected_bookkeeping is not None:
+            if notes.expected_bookkeeping != (spec.requeues, spec.deactivated):
                 return  # the watch has not delivered Quorum's own last write yet
-            state.expected_bookkeeping = None
+            notes.expected_bookkeeping = None
         if spec.requeues > state.requeues:
             state.requeues = spec.requeues
             left = spec.backoff_until - core.wall()
@@ -296,11 +317,11 @@ class Lifecycle:
                 self.retry.hold(state, left, f"gang {state.key}: requeued ({spec.requeues}), backing off "
                                              f"{left:.0f}s (resumed)")
         if spec.deactivated:
-            state.deactivation_seen = True
+            notes.deactivation_seen = True
             if not state.deactivated:
                 state.deactivated = spec.deactivated
                 self.registry.sync(state, f"gang {state.key}: {spec.deactivated}")
-        elif state.deactivated and state.deactivation_seen:
+        elif state.deactivated and notes.deactivation_seen:
             self._reactivate(state, "its deactivation annotation was removed")
 
     def declaration_changed(self, state: GangState, spec: GangSpec) -> None:
@@ -317,12 +338,12 @@ class Lifecycle:
         mark_started(state, False)
         state.pods_ready = state.completing = False
         self.started_signal.reset(state)
-        state.recovering_since = 0.0
+        self._after_bind.of(state).recovering_since = 0.0
         self.registry.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
 
     def _reactivate(self, state: GangState, why: str) -> None:
         state.deactivated = ""
-        state.deactivation_seen = False
+        self._after_bind.of(state).deactivation_seen = False
         state.requeues = 0
         self.persist(state, {ANNOTATION_DEACTIVATED: None, ANNOTATION_REQUEUES: None,
                              ANNOTATION_BACKOFF_UNTIL: None})

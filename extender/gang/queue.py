@@ -26,7 +26,7 @@ from ..topology.placement import Member
 from .core import Core, gang_priority
 from .displacement import Displacer
 from .registry import GangRegistry
-from .state import Claim, ClaimEpoch, GangState, Phase
+from .state import Claim, ClaimEpoch, GangState, Phase, Waiting
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class GangQueue:
         self.core = core
         self.registry = registry
         self.displacer = displacer  # whole-gang preemption, when configured
+        self._waiting = registry.table(Waiting)
         self.claim: Claim | None = None
         self._epoch = epoch
         self._order: list[str] = []
@@ -74,22 +75,26 @@ class GangQueue:
     def _reorder(self) -> None:
         if not self._dirty:
             return
-        waiting = [s for s in self.registry.gangs.values() if s.phase == Phase.PENDING and s.queued_since]
+        waiting = [s for s in self.registry.gangs.values() if s.phase == Phase.PENDING and self._since(s)]
         self._priority = {s.key: self.priority_of(s.key) for s in waiting}
-        waiting.sort(key=lambda s: (-self._priority[s.key], s.queued_since, s.key))
+        waiting.sort(key=lambda s: (-self._priority[s.key], self._since(s), s.key))
         self._order = [s.key for s in waiting]
         self._dirty = False
         for memo in (self._impossible, self._unused):
             for key in [k for k in memo if k not in self._priority]:
                 del memo[key]
 
+    def _since(self, state: GangState) -> float:
+        return self._waiting.of(state).since
+
     def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
-        if target == Phase.PENDING and not state.queued_since:
-            state.queued_since = self.core.clock()
+        waiting = self._waiting.of(state)
+        if target == Phase.PENDING and not waiting.since:
+            waiting.since = self.core.clock()
         elif target == Phase.BOUND:
-            state.queued_since = 0.0  # it ran: waiting again later (after a requeue) is a new arrival
+            waiting.since = 0.0  # it ran: waiting again later (after a requeue) is a new arrival
         if target != Phase.PENDING:
-            state.blocked_by = ""
+            waiting.blocked_by = ""
         self._dirty = True
         if self.claim is not None and self.claim.gang == state.key and target != Phase.PENDING:
             self._release(f"gang {state.key} is {target}")
@@ -97,7 +102,7 @@ class GangQueue:
 
     def note_blocked(self, state: GangState, by: str) -> None:
         """The claim that kept the gang from a placement last time ("" when none did)."""
-        state.blocked_by = by
+        self._waiting.of(state).blocked_by = by
 
     # ------------------------------------------------------------------ the claim
     def blocking(self, gang: str | None, priority: int) -> Claim | None:
@@ -121,7 +126,7 @@ class GangQueue:
         gang the claim outranks may use (backfill), whether its own member asks or it is repaired.
         A read, like ``blocking``."""
         claim = self.blocking(gang, self.priority_of(gang))
-        return claim, candidates if claim is None else keep_off(claim, candidates)
+        return claim, candidates if claim is None else [n for n in candidates if n not in claim.nodes]
 
     def refresh(self) -> None:
         """Bring the order and the claim up to date (cheap when nothing changed): the queue's
@@ -157,7 +162,7 @@ class GangQueue:
         gang and does not fit), else arm the timer for when it will have."""
         core = self.core
         settings = core.config.starvation
-        due = state.queued_since + settings.claim_after_seconds
+        due = self._since(state) + settings.claim_after_seconds
         now = core.clock()
         # Priority claims at once, but only a gang known not to fit (one that fits is about to be
         # placed). Waiting long enough claims regardless: kube-scheduler's own filters may reject
@@ -276,7 +281,7 @@ class GangQueue:
         nodes = frozenset(choice.nodes)
         holders = {g for n in nodes for g in core.ledger.gangs_on(n)} - {state.key}
         level = core.config.levels[choice.level].name
-        self.claim = Claim(state.key, self._priority.get(state.key, 0), core.clock(), state.queued_since,
+        self.claim = Claim(state.key, self._priority.get(state.key, 0), core.clock(), self._since(state),
                            level, "/".join(choice.domain), nodes, choice.missing, frozenset(holders),
                            envelope(members), len(members))
         self._room_since, self._room_checked = 0.0, (-1, -1, -1)
@@ -374,9 +379,9 @@ class GangQueue:
         now = self.core.clock()
         out: dict[str, object] = {"priority": self.priority_of(key), "queuePosition": position}
         if state is not None and position is not None:
-            out["waitingSeconds"] = round(now - state.queued_since, 1)
-            if state.blocked_by:
-                out["blockedBy"] = state.blocked_by
+            out["waitingSeconds"] = round(now - self._since(state), 1)
+            if blocked_by := self._waiting.of(state).blocked_by:
+                out["blockedBy"] = blocked_by
         claim = self.claim
         if claim is not None and claim.gang == key:
             out["claim"] = {"level": claim.level, "domain": claim.domain, "nodes": len(claim.nodes),
@@ -393,8 +398,3 @@ class GangQueue:
     def claimed_nodes(self) -> int:
         return len(self.claim.nodes) if self.claim is not None else 0
 
-
-def keep_off(claim: Claim, candidates: list[str]) -> list[str]:
-    """The candidates outside the claim."""
-    nodes = claim.nodes
-    return [n for n in candidates if n not in nodes]

@@ -41,12 +41,13 @@ class GangTable(Generic[T]):
 
     def of(self, state: GangState) -> T:
         """The part's facts about this gang (fresh ones the first time). A gang the registry has
-        forgotten meanwhile gets facts that are not kept, as its detached state is not."""
+        forgotten meanwhile (a task that awaited) gets fresh facts that are not kept: they must
+        neither outlive it nor reach a new gang of the same key."""
+        if self._registry.gangs.get(state.key) is not state:
+            return self._make()
         row = self._rows.get(state.key)
         if row is None:
-            row = self._make()
-            if self._registry.gangs.get(state.key) is state:
-                self._rows[state.key] = row
+            row = self._rows[state.key] = self._make()
         return row
 
     def forget(self, key: str) -> None:
@@ -86,6 +87,11 @@ class GangRegistry:
 
     def tables(self) -> tuple[GangTable[object], ...]:
         return tuple(self._tables)
+
+    def check(self) -> list[str]:
+        """Violations of the registry's own invariant: no part keeps facts about a gang it forgot."""
+        return [f"gang {key}: a part keeps facts about it after it was forgotten (a leak)"
+                for table in self._tables for key in table.keys() if key not in self._gangs]
 
     def state(self, key: str) -> GangState:
         state = self._gangs.get(key)

@@ -10,6 +10,8 @@ A condition is written only when its status or reason changes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from ..cluster.records import PodRecord
 from .core import Core
 from .effects import (
@@ -23,6 +25,7 @@ from .effects import (
     GangCondition,
     ObjectRef,
 )
+from .registry import GangRegistry
 from .state import GangState, Phase
 
 # Event (type, reason, action) for each phase a gang enters.
@@ -41,9 +44,22 @@ PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
 RECOVERED_EVENT = (NORMAL, "Recovered", "Bind")
 
 
+# A PodGroup condition as Quorum last applied it: (status, reason, message).
+Applied = dict[str, tuple[bool, str, str]]
+
+
+@dataclass(slots=True)
+class Reported:
+    """What reporting alone remembers about a gang (kept in the registry's table for it)."""
+
+    was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
+    conditions: Applied = field(default_factory=dict)  # applied to the PodGroup, per type
+
+
 class Reporter:
-    def __init__(self, core: Core) -> None:
+    def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
+        self._reported = registry.table(Reported)
 
     # ------------------------------------------------------------------ Events
     def gang(self, state: GangState, reason: str, note: str, type_: str) -> None:
@@ -70,12 +86,13 @@ class Reporter:
     # ------------------------------------------------------------------ phase changes
     def phase_changed(self, state: GangState, source: Phase, target: Phase, reason: str) -> None:
         type_, event_reason, action = PHASE_EVENTS[target]
-        if target == Phase.BOUND and state.was_recovering:
+        reported = self._reported.of(state)
+        if target == Phase.BOUND and reported.was_recovering:
             # Its own reason: a repeat "Bound" would fold into the first bind's Event and hide it.
             type_, event_reason, action = RECOVERED_EVENT
         # Between Recovering and whole again (its replacements may pass through Binding).
-        state.was_recovering = target in (Phase.RECOVERING, Phase.BINDING) and (
-            target == Phase.RECOVERING or state.was_recovering)
+        reported.was_recovering = target in (Phase.RECOVERING, Phase.BINDING) and (
+            target == Phase.RECOVERING or reported.was_recovering)
         ref = self._target(state.key)
         if ref is not None:
             self.core.actions.record_event(ref, type_, event_reason, action,
@@ -93,27 +110,28 @@ class Reporter:
         home = spec.home if spec is not None else None
         if home is None or not home.conditions:
             return
-        applied = state.conditions
-        wanted = [c for c in self._wanted(state) if applied.get(c.type, ())[:2] != (c.status, c.reason)]
+        applied = self._reported.of(state).conditions
+        wanted = [c for c in self._wanted(state, applied)
+                  if applied.get(c.type, ())[:2] != (c.status, c.reason)]
         if not wanted:
             return
         for c in wanted:
-            state.conditions[c.type] = (c.status, c.reason, c.message)
+            applied[c.type] = (c.status, c.reason, c.message)
         # Server-side apply owns what it is sent: the whole set goes every time, or the conditions
         # left out would be removed.
         full = [GangCondition(kind, status, reason, message)
-                for kind, (status, reason, message) in sorted(state.conditions.items())]
+                for kind, (status, reason, message) in sorted(applied.items())]
         self.core.spawn(self.core.actions.set_gang_conditions(home, full))
 
-    def _wanted(self, state: GangState) -> list[GangCondition]:
+    def _wanted(self, state: GangState, applied: Applied) -> list[GangCondition]:
         text = state.reason or f"gang {state.key}: {state.phase}"
-        return _scheduling_conditions(state, text) + _lifecycle_conditions(state, text)
+        return _scheduling_conditions(state, applied, text) + _lifecycle_conditions(state, applied, text)
 
 
-def _scheduling_conditions(state: GangState, text: str) -> list[GangCondition]:
+def _scheduling_conditions(state: GangState, applied: Applied, text: str) -> list[GangCondition]:
     """Whether the gang was ever scheduled, and whether its pods are Ready."""
     out: list[GangCondition] = []
-    scheduled = state.conditions.get(CONDITION_INITIALLY_SCHEDULED, (False, "", ""))[0]
+    scheduled = applied.get(CONDITION_INITIALLY_SCHEDULED, (False, "", ""))[0]
     if state.started and not scheduled:
         out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, True, "Scheduled", text))
     elif not scheduled and state.phase in (Phase.PENDING, Phase.BACKOFF, Phase.WAITING_FOR_MEMBERS):
@@ -123,22 +141,22 @@ def _scheduling_conditions(state: GangState, text: str) -> list[GangCondition]:
     elif state.started:
         why = "WaitForPodsRecovery" if state.phase == Phase.RECOVERING else "WaitForPodsStart"
         out.append(GangCondition(CONDITION_PODS_READY, False, why, text))
-    elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in state.conditions:
+    elif state.phase in (Phase.BACKOFF, Phase.DEACTIVATED) and CONDITION_PODS_READY in applied:
         out.append(GangCondition(CONDITION_PODS_READY, False, "Requeued", text))
     return out
 
 
-def _lifecycle_conditions(state: GangState, text: str) -> list[GangCondition]:
+def _lifecycle_conditions(state: GangState, applied: Applied, text: str) -> list[GangCondition]:
     """Started, Recovering and Deactivated: each shown once it has been true."""
     out: list[GangCondition] = []
-    if state.members_started or CONDITION_STARTED in state.conditions:
+    if state.members_started or CONDITION_STARTED in applied:
         out.append(GangCondition(CONDITION_STARTED, state.members_started,
                                  "AllMembersStarted" if state.members_started else "NotStarted", text))
     recovering = state.phase == Phase.RECOVERING
-    if recovering or CONDITION_RECOVERING in state.conditions:
+    if recovering or CONDITION_RECOVERING in applied:
         out.append(GangCondition(CONDITION_RECOVERING, recovering,
                                  "MembersLost" if recovering else "NotRecovering", text))
-    if state.deactivated or CONDITION_DEACTIVATED in state.conditions:
+    if state.deactivated or CONDITION_DEACTIVATED in applied:
         out.append(GangCondition(CONDITION_DEACTIVATED, bool(state.deactivated),
                                  "RequeueLimitExceeded" if state.deactivated else "Active", text))
     return out

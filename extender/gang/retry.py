@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from ..cluster.records import PodRecord
@@ -35,13 +36,23 @@ class NoFitMemory(Protocol):
     def nofit_unchanged(self, state: GangState) -> bool: ...
 
 
+@dataclass(slots=True)
+class Rejected:
+    """When a member of the gang was last told "not enough members" or "does not fit" (0: not
+    since): if the cache changes in a way that could alter that answer soon after, the answer may
+    have come from a lagging watch."""
+
+    at: float = 0.0
+
+
 class Retry:
     def __init__(self, core: Core, registry: GangRegistry, fits: NoFitMemory) -> None:
         self.core = core
         self.registry = registry
         self._fits = fits
         self._recheck: asyncio.TimerHandle | None = None
-        self._last_rejection = 0.0  # latest GangState.rejected_at over all gangs
+        self._rejected = registry.table(Rejected)
+        self._last_rejection = 0.0  # latest rejection over all gangs
         # Gang members kube-scheduler may hold as unschedulable because of Quorum: answered with
         # no node since their last attempt, or pending when Quorum (re)started. Only these need a
         # nudge when their gang's placement is reserved; the others reach filter on their own.
@@ -112,7 +123,7 @@ class Retry:
                 core.requeue(key, pending[:1], "Quorum (re)started")
 
     def note_rejection(self, state: GangState) -> None:
-        state.rejected_at = self._last_rejection = self.core.clock()
+        self._rejected.of(state).at = self._last_rejection = self.core.clock()
 
     def note_rejection_of(self, gang: str) -> None:
         """A refusal only Quorum's watch can lift: the gang's next change re-checks it."""
@@ -139,12 +150,13 @@ class Retry:
         core = self.core
         now = core.clock()
         for key, state in list(self.registry.gangs.items()):
-            if (state.rejected_at <= now - STALE_ANSWER_WINDOW_SECONDS or core.ledger.reserved_count(key)
+            rejected = self._rejected.of(state)
+            if (rejected.at <= now - STALE_ANSWER_WINDOW_SECONDS or core.ledger.reserved_count(key)
                     or state.backoff_until > now):
                 continue
             pending = self._worth_rechecking(state)
             if pending:
-                state.rejected_at = 0.0
+                rejected.at = 0.0
                 core.metrics.rechecks.inc()
                 core.requeue(key, pending[:1], "cluster changed since its last rejection")
 

@@ -7,10 +7,11 @@ changes a phase: it checks the move against ``TRANSITIONS``, records the reason 
 illegal move means a bug in the core (for example reserving during a backoff), so it raises in
 tests and is logged loudly in production.
 
-The fields of ``GangState`` that several parts read and change (reason, held binds, backoff,
-the reservation's shape, failure counts, the declaration seen) change only through the functions
-at the end of this module; a field one part uses is written by that part alone
-(``tests/unit/test_state_ownership.py`` lists the writers of every field).
+``GangState`` keeps what several parts use. Those they read and change (reason, held binds,
+backoff, the reservation's shape, failure counts, the declaration seen) change only through the
+functions at the end of this module; any other field is written by one part alone. What one part
+alone uses lives in that part's table, which the registry (``registry.py``) empties when it
+forgets the gang (``tests/unit/test_state_ownership.py`` checks both).
 """
 
 from __future__ import annotations
@@ -111,6 +112,14 @@ class Claim:
 
 
 @dataclass(slots=True)
+class Waiting:
+    """The queue's own facts about a gang (``queue.py`` keeps them in a registry table)."""
+
+    since: float = 0.0  # when it started waiting for capacity (0 when it is not waiting)
+    blocked_by: str = ""  # the claim that kept it from a placement last time ("" when none did)
+
+
+@dataclass(slots=True)
 class ClaimEpoch:
     """Moves whenever a head-of-line claim is made or released (``queue.py`` moves it): part of a
     remembered no-fit's key (``planning.py`` reads it), since a claim changes what a gang may use."""
@@ -134,37 +143,17 @@ class GangState:
     replans: int = 0
     nofit: NoFitMemo | None = None
     min_count_reserved: int = 0
-    # When a member was last told "not enough members" or "does not fit": if the cache changes in a
-    # way that could alter that answer soon after, the answer may have come from a lagging watch.
-    rejected_at: float = 0.0
     spec_seen: GangSpec | None = None  # the declaration last acted on (status updates change nothing)
-    # After the bind (lifecycle.py): quorum reached since the last requeue; minCount members Ready
-    # (wall of the clock); when it fell below minCount; its pending readiness/recovery deadline.
+    # After the bind (lifecycle.py): quorum reached since the last requeue; minCount members Ready.
     started: bool = False
     pods_ready: bool = False
     members_started: bool = False  # at least minCount members started (the gang-started signal)
     completing: bool = False  # a member succeeded: the gang is finishing, not failing
-    recovering_since: float = 0.0
-    was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
-    # The queue (queue.py): when it started waiting for capacity (0 when it is not waiting), and
-    # the claim that kept it from a placement last time it did not fit ("" when none did).
-    queued_since: float = 0.0
-    blocked_by: str = ""
     requeues: int = 0
     deactivated: str = ""  # why the gang is not scheduled again ("" when it is active)
-    deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
-    # (requeues, deactivated) Quorum last wrote on the PodGroup and has not seen come back yet:
-    # until it does, what the watch shows is older than what Quorum knows.
-    expected_bookkeeping: tuple[int, str] | None = None
-    # Conditions applied to the PodGroup, per type: (status, reason, message).
-    conditions: dict[str, tuple[bool, str, str]] = field(default_factory=dict)
     # Members Quorum is evicting: no longer counted as running, though the watch may not show
     # them deleted yet (a requeued gang must not look Bound again in the meantime).
     evicting: set[str] = field(default_factory=set)
-    # A gang declared by annotations keeps its bookkeeping on its members: what to write on each
-    # member, and the members that have it.
-    stamp: dict[str, str | None] = field(default_factory=dict)
-    stamped: set[str] = field(default_factory=set)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""No field of GangState is written by more than one module of the gang core.
+"""No field of GangState is written by more than one module of the gang core, and every field
+is used by more than one (what one part alone uses lives in that part's table).
 
 A gang's shared fields change only through the registry's writers (``gang/state.py``); a field
 one part uses is written by that part alone. Found by reading the source: a write is an assignment
@@ -90,6 +91,35 @@ def test_the_registry_alone_changes_phase_reason_held_binds_and_backoff() -> Non
     table = writers()
     for field in ("phase", "reason", "held", "backoff_until"):
         assert table[field] == ["state"], (field, table[field])
+
+
+def users(gang: Path = GANG) -> dict[str, list[str]]:
+    """GangState field -> the modules that read or write it as ``x.field`` (x not ``self``)."""
+    fields = frozenset(gang_state_fields((gang / "state.py").read_text()))
+    found: dict[str, set[str]] = defaultdict(set)
+    for path in sorted(gang.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            field = _field_of(node, fields) if isinstance(node, ast.Attribute) else None
+            if field is not None:
+                found[field].add(path.stem)
+    return {field: sorted(found.get(field, ())) for field in sorted(fields)}
+
+
+# Fields one module uses that stay on GangState all the same, and why.
+ONE_USER = {
+    # Set by the registry when it creates the gang (a constructor argument, not an attribute):
+    # a part's table would only learn it later, on its first look.
+    "first_seen": "binding",
+    # Changed only through the registry's writer ``count_replan`` (the coordinator calls it).
+    "replans": "state",
+}
+
+
+def test_gang_state_keeps_only_what_several_parts_use() -> None:
+    """A field one part alone uses belongs in that part's table (``GangRegistry.table``)."""
+    table = users()
+    alone = {field: modules[0] for field, modules in table.items() if len(modules) == 1}
+    assert alone == ONE_USER
 
 
 def test_the_reader_sees_every_kind_of_write() -> None:
