@@ -173,7 +173,9 @@ class GangRegistry:
         """Move the gang to the phase its facts imply (through the checked transition)."""
         target = derive_phase(self.facts(state))
         if target == Phase.BOUND:
-            mark_started(state, True)
+            spec = self.core.cache.gang_spec(state.key)
+            if spec is None or spec.is_gang:  # a basic PodGroup (minCount 1, met by any pod) never starts
+                mark_started(state, True)
             if state.backoff_until:
                 # Bound (members bound elsewhere, or minCount lowered): an earlier backoff is moot.
                 end_backoff(state)

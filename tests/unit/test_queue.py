@@ -201,6 +201,20 @@ async def test_a_partly_bound_gang_is_repaired_outside_the_claim() -> None:
     world.check()
 
 
+async def test_a_podgroup_that_ran_as_a_gang_then_turned_basic_keeps_off_the_claim() -> None:
+    """Its pods are plain pods now: they keep off the claim like any of their priority, though the
+    group once ran as a gang (found by the stateful test: 'g1-8 was offered capacity earmarked')."""
+    world, _ = claimed_at_once()
+    claimed = world.claim.nodes
+    world.group("was", 1, gpus=1)
+    await schedule(world, ["was0"])  # it runs as a gang of one
+    world.cache.upsert_podgroup(make_podgroup("was", None))
+    world.add(gang_pod("was1", podgroup="was", gpus=1))
+    passing = world.filter("was1").passing
+    assert passing and not set(passing) & claimed, passing
+    world.check()
+
+
 async def test_the_claim_fills_as_its_pods_finish_then_goes_with_the_reservation() -> None:
     world = QueueWorld(claim_after_seconds=0, claim_on_priority=False)
     one_node_busy_per_rack(world)
