@@ -56,9 +56,6 @@ class GangTable(Generic[T]):
     def keys(self) -> Iterator[str]:
         return iter(self._rows)
 
-    def __len__(self) -> int:
-        return len(self._rows)
-
 
 class GangRegistry:
     """Every gang's state, its phase changes, held binds and deadlines."""

@@ -21,7 +21,3 @@ class TaskRunner:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    def running(self) -> int:
-        """Tasks not finished yet."""
-        return len(self._tasks)
