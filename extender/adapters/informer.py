@@ -78,7 +78,7 @@ def _replace_scale_ups(cache: ClusterCache, objs: list[dict[str, Any]]) -> list[
 
 
 def device_kinds(cache: ClusterCache) -> list[Kind]:
-    """The DRA kinds (resource.k8s.io/v1): devices count as capacity (README, "DRA devices")."""
+    """The DRA kinds (resource.k8s.io/v1): devices count as capacity (docs/devices.md)."""
     feed = DeviceFeed(cache)
     return [Kind(s.name, s.path, functools.partial(feed.replace, s), functools.partial(feed.upsert, s),
                  functools.partial(feed.delete, s), optional=True) for s in DEVICE_SOURCES]

@@ -9,8 +9,8 @@ Two kinds of adapter live here:
   and the coscheduling and Volcano PodGroup CRDs.
 
 A pod that carries several conventions belongs to the first one in ``gang_key_of_pod``'s order;
-when several objects declare the same gang, ``OBJECT_PRECEDENCE`` decides (README, "Gang
-conventions"). Topology comes from the declaring object when it names one, else from the members'
+when several objects declare the same gang, ``OBJECT_PRECEDENCE`` decides
+(docs/conventions.md). Topology comes from the declaring object when it names one, else from the members'
 annotations (Kueue's TAS annotations, or Quorum's own).
 """
 

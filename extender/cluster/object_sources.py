@@ -70,6 +70,6 @@ GANG_OBJECT_KINDS = (
     GangObjectKind("coscheduling", "podgroups", (COSCHEDULING_API,), _one(spec_from_crd_podgroup)),
     GangObjectKind("volcano", "podgroups", (VOLCANO_API,), _one(spec_from_crd_podgroup)),
 )
-# Which object wins when several declare the same gang (README, "Gang conventions").
+# Which object wins when several declare the same gang (docs/conventions.md).
 OBJECT_PRECEDENCE = tuple(kind.name for kind in GANG_OBJECT_KINDS)
 NATIVE_PODGROUPS = GANG_OBJECT_KINDS[0].source(f"{NATIVE_GROUP}/v1beta1")

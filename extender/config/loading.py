@@ -152,7 +152,7 @@ def _starvation(raw: Mapping[str, Any]) -> Starvation:
 
 def _preemption(raw: Mapping[str, Any]) -> Preemption:
     _check_keys(raw, {"enabled", "victimGraceSeconds"}, "preemption")
-    return Preemption(enabled=_flag(raw, "enabled", "preemption", False),
+    return Preemption(enabled=_flag(raw, "enabled", "preemption", True),
                       victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0))
 
 

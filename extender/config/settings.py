@@ -58,13 +58,15 @@ class Starvation:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
-    """Whole-gang preemption by Quorum (off by default: turning it on means Quorum evicts work).
+    """Whole-gang preemption by Quorum, on by default as priority preemption is in Kubernetes.
 
-    A waiting gang at the head of the queue that does not fit displaces lower-priority work: whole
-    gangs and plain pods, fewest first, through the Eviction API; its domain is claimed meanwhile.
+    A waiting gang at the head of the queue that does not fit displaces strictly lower-priority
+    work: whole gangs and plain pods of any scheduler, fewest first, through the Eviction API; its
+    domain is claimed meanwhile. Pods with ``preemptionPolicy: Never`` displace nothing; off, Quorum
+    evicts nothing for a gang and takes kube-scheduler's per-pod proposals for gang members away.
     """
 
-    enabled: bool = False
+    enabled: bool = True
     # Victims still terminating after this long no longer hold up a new plan (a budget refused them).
     victim_grace_seconds: float = 120.0
 

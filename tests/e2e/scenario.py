@@ -284,13 +284,16 @@ class Scenario:
         return manifests
 
     def blockers(self, nodes: Iterable[str], gpus: int, prefix: str = "blocker",
-                 priority_class: str | None = None) -> list[str]:
-        """Plain pods bound directly (spec.nodeName) that take ``gpus`` GPUs on each node."""
+                 priority_class: str | None = None, scheduler_name: str = "") -> list[str]:
+        """Plain pods bound directly (spec.nodeName) that take ``gpus`` GPUs on each node; with
+        ``scheduler_name``, pods of that scheduler (as if it had bound them)."""
         manifests = [self.pod(f"{prefix}-{i}", gpus=gpus, node_name=node, role="blocker")
                      for i, node in enumerate(nodes)]
-        if priority_class:
-            for manifest in manifests:
+        for manifest in manifests:
+            if priority_class:
                 manifest["spec"]["priorityClassName"] = priority_class
+            if scheduler_name:
+                manifest["spec"]["schedulerName"] = scheduler_name
         names = self.create(manifests)
         # Both schedulers see a bound pod through their informers; Running proves the watch saw it.
         self.wait_for(f"{len(names)} blockers Running",

@@ -8,7 +8,8 @@
   pod in its way, and the gang binds where they ran. The victims' Job recreates them; they wait.
 - A gang whose pods say ``preemptionPolicy: Never`` displaces nothing.
 
-Quorum runs with ``preemption.enabled`` (tests/e2e/quorum-e2e.yaml). Gangs are Indexed Jobs with a
+Quorum runs with the shipped default, ``preemption.enabled: true`` (tests/e2e/quorum-e2e.yaml sets
+nothing about it). Gangs are Indexed Jobs with a
 PodGroup; priorities come from PriorityClasses.
 """
 
@@ -113,14 +114,23 @@ def test_a_high_priority_gang_evicts_the_lower_of_two_gangs_whole_and_binds(
     sc.finish()
 
 
-def _rack_short_of_one_node(sc: Scenario, never: bool) -> tuple[list[str], str, list[str], list[str]]:
+def _rack_short_of_one_node(sc: Scenario, never: bool, victim_scheduler: str = "") -> tuple[
+        list[str], str, list[str], list[str]]:
     """Every rack full at priority 1000 except one, where one node holds a plain pod of priority 0.
-    A gang of one whole node per member of that rack, at priority 1000, fits only by evicting it."""
+    A gang of one whole node per member of that rack, at priority 1000, fits only by evicting it.
+
+    ``victim_scheduler``: "quorum", the plain pod is placed on the node by Quorum's own profile;
+    otherwise it is bound directly (``spec.nodeName``), as another scheduler of that name (empty:
+    the suite's usual blocker) would have bound it."""
     topo = sc.topo
     racks = list(topo.racks)
     target = racks[0]
     keep = high_blockers(sc, [n for r in racks[1:] for n in topo.racks[r]])
-    (victim,) = sc.blockers([topo.racks[target][0]], gpus=topo.gpus_per_node, prefix="low")
+    if victim_scheduler == "quorum":
+        victim = scheduled_plain_pod(sc, topo.racks[target][0], victim_scheduler)
+    else:
+        (victim,) = sc.blockers([topo.racks[target][0]], gpus=topo.gpus_per_node, prefix="low",
+                                scheduler_name=victim_scheduler)
     size = len(topo.racks[target])
     members = sc.gang("g", size, gpus=topo.gpus_per_node, required="rack", create=False)
     for manifest in members:
@@ -128,19 +138,78 @@ def _rack_short_of_one_node(sc: Scenario, never: bool) -> tuple[list[str], str, 
     return keep, victim, sc.create(members), topo.racks[target]
 
 
+def scheduled_plain_pod(sc: Scenario, node: str, scheduler: str) -> str:
+    """A whole-node plain pod of priority 0 that ``scheduler`` places on ``node`` (a node selector
+    on its hostname), not bound directly."""
+    manifest = sc.pod("low-0", gpus=sc.topo.gpus_per_node)
+    manifest["spec"]["schedulerName"] = scheduler
+    manifest["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    (name,) = sc.create([manifest])
+    placed = sc.wait_bound([name], timeout=60, what=f"the plain pod placed by {scheduler}")
+    assert placed[name] == node, placed
+    return name
+
+
+@pytest.mark.parametrize("victim_scheduler", ["", "default-scheduler", "quorum"],
+                         ids=["bound-directly", "another-scheduler", "quorum-profile"])
 def test_a_gang_that_fits_only_by_evicting_one_lower_priority_pod_evicts_just_it(
-        scenario: Scenario, priorities: dict[str, int]) -> None:
+        scenario: Scenario, priorities: dict[str, int], victim_scheduler: str) -> None:
     """The native and coscheduling integration tests' "fits only by preempting a lower-priority
-    pod", for a gang: exactly that pod goes, and the gang binds in its rack."""
+    pod", for a gang: exactly that pod goes, whichever scheduler placed it, and the gang binds in
+    its rack (kube-scheduler's rule: victims are any lower-priority pods on the chosen nodes)."""
     sc = scenario
     if sc.topo.shortfall(nodes_per_rack=2) or len(sc.topo.racks) < 2:
         pytest.skip("needs >= 2 racks of >= 2 nodes")
-    keep, victim, names, rack_nodes = _rack_short_of_one_node(sc, never=False)
+    keep, victim, names, rack_nodes = _rack_short_of_one_node(sc, never=False,
+                                                              victim_scheduler=victim_scheduler)
     placed = sc.wait_bound(names, timeout=90, what="the gang bound after its victim went")
     assert set(placed.values()) == set(rack_nodes)
     assert victim not in sc.pods_named([victim]) or sc.pods_named([victim])[victim]["metadata"].get(
         "deletionTimestamp"), "the one lower-priority pod is evicted"
     assert all_running(sc, keep), "nothing at the gang's own priority is evicted"
+    sc.finish()
+
+
+def test_gangs_of_two_priorities_created_interleaved_the_higher_binds_whole(
+        scenario: Scenario, priorities: dict[str, int]) -> None:
+    """One free rack, two gangs that each need all of it, their pods created in turns (mid-0,
+    high-0, mid-1, ...). The mid gang's last pod comes first, so it binds in the rack; once the
+    high gang's last pod exists, the mid gang is evicted whole and the high gang binds whole there.
+    Nothing is ever left partly bound (the watcher checks it throughout)."""
+    sc, topo = scenario, scenario.topo
+    racks = list(topo.racks)
+    if topo.shortfall(nodes_per_rack=2) or len(racks) < 2:
+        pytest.skip("needs >= 2 racks of >= 2 nodes")
+    sc.watcher.grace = 30.0  # an evicted gang's members go one eviction call each
+    free = racks[0]
+    keep = high_blockers(sc, [n for r in racks[1:] for n in topo.racks[r]])
+    size = len(topo.racks[free])
+    gangs = {}
+    for name, priority_class in (("mid", MID), ("high", HIGH)):
+        gangs[name] = sc.gang(name, size, gpus=topo.gpus_per_node, required="rack", create=False)
+        for manifest in gangs[name]:
+            manifest["spec"]["priorityClassName"] = priority_class
+    mid_names = [m["metadata"]["name"] for m in gangs["mid"]]
+    high_names = [m["metadata"]["name"] for m in gangs["high"]]
+    for mid, high in zip(gangs["mid"][:-1], gangs["high"][:-1], strict=True):
+        sc.create([mid], workers=1)
+        sc.create([high], workers=1)
+    sc.create(gangs["mid"][-1:], workers=1)
+    held = sc.wait_bound(mid_names, timeout=60, what="the mid gang bound in the free rack")
+    assert set(held.values()) == set(topo.racks[free]), held
+    sc.create(gangs["high"][-1:], workers=1)
+    started = time.monotonic()
+    placed = sc.wait_bound(high_names, timeout=90, what="the higher-priority gang bound whole")
+    bound_after = round(time.monotonic() - started, 1)
+    assert set(placed.values()) == set(topo.racks[free]), placed
+    live_mid = {n: p for n, p in sc.pods_named(mid_names).items()
+                if not p["metadata"].get("deletionTimestamp")}
+    assert not live_mid, f"the mid gang is evicted whole: {sorted(live_mid)} still there"
+    assert all_running(sc, keep), "pods at the preemptor's own priority are never victims"
+    assert "Preempted" in quorum_event_reasons(sc, "Pod", mid_names[0]) or \
+        "Preempting" in quorum_event_reasons(sc, "Pod", high_names[0])
+    sc.record("interleaved", {"high_bound_after_seconds": bound_after,
+                              "longest_partial_seconds": sc.watcher.longest_partial.get("mid")})
     sc.finish()
 
 

@@ -69,10 +69,12 @@ class World:
     """A cache of 2 blocks x racks x nodes (8 GPUs each) with a strict coordinator on top."""
 
     def __init__(self, timings: GangTimings | None = None, racks: int = 2, nodes_per_rack: int = 2,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, preemption: bool = True) -> None:
         config = Config()
         if timings is not None:
             config = replace(config, gang=timings)
+        if not preemption:
+            config = replace(config, preemption=replace(config.preemption, enabled=False))
         self.cache = ClusterCache(tuple(level.node_label for level in config.levels))
         self.actions = FakeActions()
         self.metrics = Metrics()

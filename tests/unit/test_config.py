@@ -115,7 +115,7 @@ def test_full_file(tmp_path: Path) -> None:
 
 def test_queue_and_preemption_settings() -> None:
     assert Config().starvation == Starvation(True, 60.0, True)
-    assert Config().preemption == Preemption(False, 120.0)
+    assert Config().preemption == Preemption(True, 120.0)  # as Kubernetes: priority preempts
     doc = {"starvation": {"claimAfterSeconds": 0, "claimOnPriority": False},
            "preemption": {"enabled": True, "victimGraceSeconds": 30}}
     config = from_mapping(doc)

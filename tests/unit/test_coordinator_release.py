@@ -238,7 +238,7 @@ async def test_a_member_of_a_gang_not_yet_in_the_cache_evicts_nothing() -> None:
 
 async def test_with_whole_gang_preemption_off_a_gang_member_evicts_nothing() -> None:
     # 2 x 8 GPUs, required rack. Rack b0-r0 is full of plain pods; b1-r1 has one busy node.
-    world = World()
+    world = World(preemption=False)
     for i, name in enumerate(["b0-r0-n0", "b0-r0-n1", "b1-r1-n0"]):
         world.add(pod(f"busy{i}", gpus=8, node_name=name))
     for name in ["b0-r1-n0", "b0-r1-n1", "b1-r0-n0", "b1-r0-n1"]:

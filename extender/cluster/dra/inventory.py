@@ -94,7 +94,7 @@ class DeviceInventory:
         node, driver = spec.get("nodeName"), spec.get("driver")
         pool = field_of(spec, "pool").get("name")
         if not (isinstance(node, str) and node and isinstance(driver, str) and isinstance(pool, str)):
-            return Changes(changed, set())  # not node-local: not counted (README, "DRA devices")
+            return Changes(changed, set())  # not node-local: not counted (docs/devices.md)
         idents = []
         for device in items_of(spec, "devices"):
             if not isinstance(device, Mapping) or not isinstance(device.get("name"), str):
