@@ -94,7 +94,8 @@ class Metrics:
             "Started gangs evicted whole and requeued, by cause (readiness-timeout, recovery-timeout, "
             "replace).", ["reason"], registry=r)
         self.evictions = Counter(
-            "quorum_evictions_total", "Pods Quorum evicted, by result (evicted, refused, error).",
+            "quorum_evictions_total", "Pods Quorum evicted, by result (evicted; refused, error: tried again; "
+            "dry-run-refused: a gang left whole).",
             ["result"], registry=r)
         self.rechecks = Counter(
             "quorum_gang_rechecks_total",

@@ -262,12 +262,14 @@ class KubeClient:
             return resp.status, await resp.read()
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
+                        grace_seconds: int | None = None, dry_run: bool = False) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets are honoured.
 
         The uid precondition makes sure a pod recreated under the same name is never the one
         evicted; the apiserver's conflict about it means the pod meant is gone, which is success.
         ``grace_seconds`` overrides the pod's termination grace period (0: its node is gone).
+        ``dry_run`` asks whether the eviction would be allowed and evicts nothing: a gang is evicted
+        only when every member may go.
         """
         pod = f"{namespace}/{name}"
         options: dict[str, Any] = {}
@@ -275,16 +277,19 @@ class KubeClient:
             options["preconditions"] = {"uid": uid}
         if grace_seconds is not None:
             options["gracePeriodSeconds"] = grace_seconds
+        if dry_run:
+            options["dryRun"] = ["All"]
         body: dict[str, Any] = {"apiVersion": "policy/v1", "kind": "Eviction",
                                 "metadata": {"name": name, "namespace": namespace}}
         if options:
             body["deleteOptions"] = options
-        log.info("evicting pod", extra={"pod": pod, "reason": reason})
+        verb = "checking eviction of" if dry_run else "evicting"
+        log.info(f"{verb} pod", extra={"pod": pod, "reason": reason})
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
         try:
             status, text = await self.write("POST", path, orjson.dumps(body), "application/json")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise EvictionFailed(f"evicting {pod} failed: {exc}") from exc
+            raise EvictionFailed(f"{verb} {pod} failed: {exc}") from exc
         if status in (200, 201, 404):  # 404: gone already
             return
         message = api_message(status, text)
@@ -292,9 +297,10 @@ class KubeClient:
             log.info("pod to evict was already replaced", extra={"pod": pod, "uid": uid})
             return
         if status == 429:
-            raise EvictionFailed(f"evicting {pod} refused, a PodDisruptionBudget does not allow it now: "
-                                 f"{message}")
-        raise EvictionFailed(f"evicting {pod} failed: {message}")
+            causes = refusal_causes(text)
+            raise EvictionFailed(f"{verb} {pod} refused, a PodDisruptionBudget does not allow it now: "
+                                 f"{message}" + (f" ({causes})" if causes else ""))
+        raise EvictionFailed(f"{verb} {pod} failed: {message}")
 
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:
         """Queue an Event; aggregated and rate limited by ``self.events`` (never blocks or raises)."""
@@ -339,6 +345,21 @@ class KubeClient:
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
         return await self.scale_up_writes.delete_scale_up(namespace, name)
+
+
+def refusal_causes(body: bytes) -> str:
+    """What the causes of a refused eviction say (the budget is named there when the apiserver
+    names it); empty when the answer carries none or is not a Status document."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    details = doc.get("details") if isinstance(doc, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ""
+    said = [str(c.get("message") or c.get("reason") or "") for c in causes if isinstance(c, dict)]
+    return "; ".join(s for s in said if s)
 
 
 def _said(exc: BaseException) -> str:

@@ -40,10 +40,12 @@ class ClusterActions(Protocol):
     async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None: ...
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
+                        grace_seconds: int | None = None, dry_run: bool = False) -> None:
         """Evict through the Eviction API (PodDisruptionBudgets apply); a pod already gone is
         success. Raises ``EvictionFailed`` otherwise (a budget refused it: tried again later).
-        ``grace_seconds=0`` removes a pod whose node is gone at once, as pod GC would."""
+        ``grace_seconds=0`` removes a pod whose node is gone at once, as pod GC would. With
+        ``dry_run`` nothing is evicted: it only asks whether the eviction would be allowed (the
+        same ``EvictionFailed`` when not), so a gang is evicted all or none."""
         ...
 
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str,

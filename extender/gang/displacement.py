@@ -10,6 +10,9 @@ part of a running gang, or evict work for a gang that still cannot fit. So with
 - the plan is reported (log, and a ``Preempting`` Event on the preemptor) before anything is
   evicted, then every victim is evicted through the Eviction API (PodDisruptionBudgets apply);
   a victim gang is requeued without a backoff and waits its turn like any other;
+- a victim gang is evicted all or none: its members' evictions are asked first (a dry run), and
+  when a budget refuses any, none is evicted, the gang says why (``EvictionRefused``), is spared
+  for ``SPARED_SECONDS``, and the preemptor plans again with other victims;
 - the preemptor claims the domain at once (``queue.py``), so nothing else takes what the victims
   free while they terminate;
 - one displacement is under way at a time; the next is planned when its victims are gone (or
@@ -35,6 +38,7 @@ from .state import GangState
 log = logging.getLogger(__name__)
 
 PLAN_INTERVAL_SECONDS = 5.0  # a gang whose displacement found nothing is not searched again sooner
+SPARED_SECONDS = 30.0  # a victim gang whose eviction a budget refused is not chosen again sooner
 
 
 @dataclass(slots=True)
@@ -53,6 +57,7 @@ class Displacer:
         self.lifecycle = lifecycle
         self.under_way: UnderWay | None = None
         self._searched: dict[str, float] = {}  # gang -> when a search last found nothing
+        self._spared: dict[str, float] = {}  # victim gang -> until when it is not chosen
 
     @property
     def enabled(self) -> bool:
@@ -132,9 +137,10 @@ class Displacer:
             elif pod.priority < below:
                 units.append(Unit(f"pod {pod.key}", pod.priority, ((pod.uid, pod.node_name, pod.requests),)))
         unit_gangs: dict[str, str] = {}
+        now = core.clock()
         for key, members in gangs.items():
             priority = self.priority_of(key)
-            if priority < below:
+            if priority < below and self._spared.get(key, now) <= now:
                 unit_gangs[f"gang {key}"] = key
                 units.append(Unit(f"gang {key}", priority,
                                   tuple((m.uid, m.node_name, m.requests) for m in members)))
@@ -158,7 +164,7 @@ class Displacer:
             if key is not None:
                 victim_gangs.add(key)
                 self.lifecycle.requeue(self.registry.state(key), f"gang {key}: {reason}", "preempted",
-                                       backoff=False, event="Preempted")
+                                       backoff=False, event="Preempted", on_refused=self._victim_refused)
                 continue
             pod = pods.get(unit.pods[0][0])
             if pod is not None:
@@ -168,8 +174,27 @@ class Displacer:
         core.metrics.preemptions.labels("pod").inc(len(plan.units) - len(victim_gangs))
         self.under_way = UnderWay(state.key, core.clock(), frozenset(victims), frozenset(victim_gangs), plan)
 
+    def _victim_refused(self, gang: str, note: str) -> None:
+        """A budget kept a victim gang from going (none of it was evicted): spare it for a while
+        and let the preemptor plan again, with other victims."""
+        core = self.core
+        now = core.clock()
+        self._spared = {k: until for k, until in self._spared.items() if until > now}
+        self._spared[gang] = now + SPARED_SECONDS
+        work = self.under_way
+        if work is None or gang not in work.victim_gangs:
+            return
+        self.under_way = None
+        self._searched.pop(work.gang, None)
+        preemptor = self.registry.gangs.get(work.gang)
+        if preemptor is not None:
+            core.note(preemptor, "EvictionRefused", f"gang {work.gang}: victim gang {gang} kept running "
+                                                    f"({note}); looking for other victims", WARNING)
+            core.requeue(work.gang, core.pending_members(work.gang), f"victim gang {gang} was spared")
+
     def check(self) -> list[str]:
-        """A victim gang is never left partly running: every running member is being evicted."""
+        """A victim gang is never left partly running: every running member is being evicted, or
+        none is (its evictions are being asked, or a budget refused one)."""
         work = self.under_way
         if work is None:
             return []
@@ -177,8 +202,11 @@ class Displacer:
         for key in sorted(work.victim_gangs):
             state = self.registry.gangs.get(key)
             evicting = state.evicting if state is not None else set()
-            left = [m.name for m in self.core.cache.members(key)
-                    if runs(m) and m.uid in work.victims and m.uid not in evicting]
-            if left:
+            chosen = [m for m in self.core.cache.members(key) if runs(m) and m.uid in work.victims]
+            left = [m.name for m in chosen if m.uid not in evicting]
+            if left and (len(left) < len(chosen) or not self._spared_or_asked(key)):
                 problems.append(f"gang {key}: preempted but {left} left running")
         return problems
+
+    def _spared_or_asked(self, key: str) -> bool:
+        return self.lifecycle.checking(key) or self._spared.get(key, 0.0) > self.core.clock()

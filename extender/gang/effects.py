@@ -66,7 +66,7 @@ class NoActions:
         return None
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
+                        grace_seconds: int | None = None, dry_run: bool = False) -> None:
         return None
 
     def record_event(self, regarding: ObjectRef, type_: str, reason: str, action: str, note: str) -> None:

@@ -25,36 +25,19 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
+from .evictions import refusal_delay, refusal_note, refusals, report_gang_refusal
 from .registry import GangRegistry
 from .retry import Retry
 from .started import StartedSignal
-from .state import GangState, Phase, mark_started
+from .state import AfterBind, GangState, Phase, mark_started
 from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
-EVICTION_ATTEMPTS = 12  # a PodDisruptionBudget may refuse for a while: try for about a minute
-EVICTION_RETRY_SECONDS = 5.0
-
-
-@dataclass(slots=True)
-class AfterBind:
-    """What the lifecycle alone remembers about a gang (kept in the registry's table for it)."""
-
-    recovering_since: float = 0.0  # when it fell below minCount (0: it has not)
-    deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
-    # (requeues, deactivated) Quorum last wrote on the PodGroup and has not seen come back yet:
-    # until it does, what the watch shows is older than what Quorum knows.
-    expected_bookkeeping: tuple[int, str] | None = None
-    # A gang declared by annotations keeps its bookkeeping on its members: what to write on each
-    # member, and the members that have it.
-    stamp: dict[str, str | None] = field(default_factory=dict)
-    stamped: set[str] = field(default_factory=set)
 
 
 class Lifecycle:
@@ -66,6 +49,7 @@ class Lifecycle:
         self._rand = rand
         self.started_signal = started_signal
         self._after_bind = registry.table(AfterBind)
+        self._checking: set[str] = set()  # gangs whose members' evictions are being asked
 
     # ------------------------------------------------------------------ settings
     def ready_timeout(self, spec: GangSpec | None) -> float:
@@ -152,7 +136,8 @@ class Lifecycle:
         timeout = self.ready_timeout(spec)
         ready, needed = self.registry.ready_count(key), core.min_count(state, spec)
         self.requeue(state, f"gang {key}: {ready}/{needed} members Ready within {timeout:g}s of the "
-                            f"quorum bind (readiness timeout)", "readiness-timeout")
+                            f"quorum bind (readiness timeout)", "readiness-timeout",
+                     due=lambda s: s.started and not s.pods_ready and not s.completing)
 
     def _recovery_expired(self, key: str) -> None:
         core = self.core
@@ -163,23 +148,74 @@ class Lifecycle:
         running = self.registry.running_count(key)
         needed = core.min_count(state, core.cache.gang_spec(key))
         self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running}/{needed} members "
-                            f"running)", "recovery-timeout")
+                            f"running)", "recovery-timeout",
+                     due=lambda s: s.started and s.phase in (Phase.RECOVERING, Phase.BINDING))
 
     # ------------------------------------------------------------------ requeue
     def requeue(self, state: GangState, reason: str, why: str, backoff: bool = True,
-                event: str = "Replacing") -> None:
+                event: str = "Replacing", due: Callable[[GangState], bool] | None = None,
+                on_refused: Callable[[str, str], None] | None = None) -> None:
         """Evict every running member and back the gang off, or deactivate it past the limit.
 
         Without ``backoff`` (re-placing a gang whose domain cannot take its replacements, or a gang
         preempted whole) the gang is placed again at once, the requeue count does not grow, and the
         Event says ``event``.
+
+        The members' evictions are asked first (a dry run): when any is refused nothing is
+        evicted and the gang stays as it is. Then ``on_refused(gang, why)`` is told, if given (a
+        preemption looks for other victims); else the whole check is tried again with a backoff
+        for as long as ``due`` says the requeue is still wanted (by default: while it runs).
         """
+        if not self._victims(state):
+            self._requeue_now(state, reason, why, backoff, event)
+        elif state.key not in self._checking:
+            self._checking.add(state.key)
+            self.core.spawn(self._requeue_checked(state.key, reason, why, backoff, event, due, on_refused))
+
+    def checking(self, key: str) -> bool:
+        """Whether the evictions of a gang's members are being asked (nothing evicted yet)."""
+        return key in self._checking
+
+    def _victims(self, state: GangState) -> list[PodRecord]:
+        """Running members, and those whose bind succeeded before the watch showed it (also those
+        whose pods it has not shown at all)."""
         core = self.core
-        # Running members, and those whose bind succeeded before the watch showed it (also those
-        # whose pods it has not shown at all).
         victims = [m for m in core.cache.members(state.key) if runs(m) or core.ledger.is_inflight(m.uid)]
-        victims += core.ledger.unseen_members(state.key)
-        self.evict(victims, reason)  # marked at once: from here they no longer count as running
+        return victims + core.ledger.unseen_members(state.key)
+
+    async def _requeue_checked(self, key: str, reason: str, why: str, backoff: bool, event: str,
+                               due: Callable[[GangState], bool] | None,
+                               on_refused: Callable[[str, str], None] | None) -> None:
+        core, attempt = self.core, 0
+        try:
+            while (state := self.registry.gangs.get(key)) is not None and \
+                    (attempt == 0 or self._due(state, due)):
+                victims = [v for v in self._victims(state) if v.uid not in state.evicting]
+                refused = await refusals(core.actions, victims, reason)
+                state = self.registry.gangs.get(key)
+                if state is None or (due is not None and not due(state)):
+                    return
+                if not refused:
+                    self._requeue_now(state, reason, why, backoff, event)
+                    return
+                attempt += 1
+                note = refusal_note(refused, len(victims))
+                report_gang_refusal(core, self.registry, state, reason, note, attempt)
+                if on_refused is not None:
+                    on_refused(key, note)
+                    return
+                await asyncio.sleep(refusal_delay(attempt))
+        finally:
+            self._checking.discard(key)
+
+    @staticmethod
+    def _due(state: GangState, due: Callable[[GangState], bool] | None) -> bool:
+        """Whether a requeue held off by a refusal is still wanted (by default: the gang runs)."""
+        return due(state) if due is not None else state.started
+
+    def _requeue_now(self, state: GangState, reason: str, why: str, backoff: bool, event: str) -> None:
+        core = self.core
+        self.evict(self._victims(state), reason)  # marked at once: from here they no longer count as running
         self.registry.release(state, reason, "requeue")
         self.registry.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)
         mark_started(state, False)
@@ -225,28 +261,40 @@ class Lifecycle:
         await asyncio.gather(*(self._evict_one(pod, reason, force) for pod in victims))
 
     async def _evict_one(self, pod: PodRecord, reason: str, force: bool) -> None:
-        core = self.core
-        for attempt in range(EVICTION_ATTEMPTS):
+        """Evict until the pod is gone: a refusal after the dry run passed (a budget that changed
+        in between) is reported once and tried again, so no member is left running forgotten."""
+        core, attempt = self.core, 0
+        while self._still_there(pod):
             try:
                 await core.actions.evict_pod(pod.namespace, pod.name, pod.uid, reason,
                                              grace_seconds=0 if force else None)
-            except EvictionFailed as exc:
-                log.info("eviction refused",
-                         extra={"pod": pod.key, "attempt": attempt + 1, "error": str(exc)})
-                await asyncio.sleep(EVICTION_RETRY_SECONDS)
+            except Exception as exc:  # refused, or the apiserver unreachable: try again
+                attempt += 1
+                self._eviction_refused(pod, reason, exc, attempt)
+                await asyncio.sleep(refusal_delay(attempt))
                 continue
-            except Exception as exc:  # the apiserver unreachable: the next requeue/recovery tries again
-                log.warning("eviction failed", extra={"pod": pod.key, "error": str(exc)})
-                core.metrics.evictions.labels("error").inc()
-                self.forget_evicted(pod)
-                return
             core.metrics.evictions.labels("evicted").inc()
             core.note_pod(pod, "Evicted", reason, WARNING)
             return
-        core.metrics.evictions.labels("refused").inc()
         self.forget_evicted(pod)
-        core.note_pod(pod, "EvictionRefused", f"{reason}; eviction refused {EVICTION_ATTEMPTS} times",
-                      WARNING)
+
+    def _still_there(self, pod: PodRecord) -> bool:
+        """The pod, not one recreated under its name, is still there and not on its way out."""
+        current = self.core.cache.pods.get(pod.uid)
+        if current is None:  # bound before the watch showed it, or never shown at all
+            unseen = self.core.ledger.unseen_members(pod.gang_key) if pod.gang_key else []
+            return pod.uid in self.core.ledger.inflight() or any(m.uid == pod.uid for m in unseen)
+        return not current.deleting and not current.terminal
+
+    def _eviction_refused(self, pod: PodRecord, reason: str, exc: Exception, attempt: int) -> None:
+        core = self.core
+        refused = isinstance(exc, EvictionFailed)
+        log.info("eviction refused" if refused else "eviction failed",
+                 extra={"pod": pod.key, "attempt": attempt, "error": str(exc)})
+        if attempt == 1:  # reported once; the Event aggregates, the metric counts pods
+            core.metrics.evictions.labels("refused" if refused else "error").inc()
+            core.note_pod(pod, "EvictionRefused", f"{reason}; eviction refused, trying again until the "
+                                                  f"pod is gone: {exc}", WARNING)
 
     def forget_stamped(self, pod: PodRecord) -> None:
         state = self.registry.gangs.get(pod.gang_key or "")

@@ -306,3 +306,18 @@ def reset_failures(state: GangState) -> None:
 def see_declaration(state: GangState, spec: GangSpec) -> None:
     """The declaration last acted on (status updates of the same declaration change nothing)."""
     state.spec_seen = spec
+
+
+@dataclass(slots=True)
+class AfterBind:
+    """What the lifecycle alone remembers about a gang (kept in the registry's table for it)."""
+
+    recovering_since: float = 0.0  # when it fell below minCount (0: it has not)
+    deactivation_seen: bool = False  # the PodGroup carries it (so its removal means reactivation)
+    # (requeues, deactivated) Quorum last wrote on the PodGroup and has not seen come back yet:
+    # until it does, what the watch shows is older than what Quorum knows.
+    expected_bookkeeping: tuple[int, str] | None = None
+    # A gang declared by annotations keeps its bookkeeping on its members: what to write on each
+    # member, and the members that have it.
+    stamp: dict[str, str | None] = field(default_factory=dict)
+    stamped: set[str] = field(default_factory=set)

@@ -64,7 +64,10 @@ class FakeActions:
 
     ``refuse`` makes the apiserver refuse a pod's binding (BindFailed with that message); ``crash``
     makes the call fail with an unexpected error; a pod named in ``refuse_eviction`` is not evicted
-    (EvictionFailed, as when a PodDisruptionBudget does not allow it). ``alive`` turns False when the
+    (EvictionFailed, as when a PodDisruptionBudget does not allow it: dry runs are refused too);
+    ``refuse_dry_run`` refuses only the dry runs of a pod, ``refuse_real_eviction`` only its real
+    evictions (a budget that changed between the two); ``budgets`` names the budget a refusal of a
+    pod names. Dry runs are recorded in ``dry_runs`` and change nothing. ``alive`` turns False when the
     process making the calls is gone: its bindings are refused, its other writes change nothing.
 
     Without a ``cluster``, binds and evictions reach no cache: tests deliver them like a watch
@@ -80,6 +83,11 @@ class FakeActions:
         self.crash: set[str] = set()
         self.evictions: list[tuple[str, str, str, str]] = []  # (namespace, name, uid, reason)
         self.refuse_eviction: set[str] = set()  # pod names
+        self.refuse_dry_run: set[str] = set()
+        self.refuse_real_eviction: set[str] = set()
+        self.budgets: dict[str, str] = {}  # pod name -> the PodDisruptionBudget its refusal names
+        self.dry_runs: list[str] = []  # pod names
+        self.refused: list[str] = []  # pod names whose real eviction was refused, in order
         # (regarding, type, reason, action, note)
         self.events: list[tuple[ObjectRef, str, str, str, str]] = []
         self.conditions: dict[str, list[GangCondition]] = {}  # "namespace/name" -> last applied
@@ -106,10 +114,19 @@ class FakeActions:
         self.requeues.append(([p.name for p in pods], reason))
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
-                        grace_seconds: int | None = None) -> None:
+                        grace_seconds: int | None = None, dry_run: bool = False) -> None:
         await asyncio.sleep(0)
-        if name in self.refuse_eviction:
-            raise _eviction_failed(f"evicting {namespace}/{name}: a PodDisruptionBudget does not allow it")
+        refused = self.refuse_eviction | (self.refuse_dry_run if dry_run else self.refuse_real_eviction)
+        if name in refused:
+            if not dry_run:
+                self.refused.append(name)
+            budget = f" (The disruption budget {self.budgets[name]} needs 1 healthy pods)" \
+                if name in self.budgets else ""
+            raise _eviction_failed(f"evicting {namespace}/{name}: Cannot evict pod as it would violate the "
+                                   f"pod's disruption budget.{budget}")
+        if dry_run:
+            self.dry_runs.append(name)
+            return
         if not self.alive:
             return
         if self.cluster is not None:
@@ -224,7 +241,8 @@ class FakeApiserver(FakeActions):
     gangs).
 
     Over HTTP (``app()``) it records every request and answers ``answers[(method, path)]`` or else
-    201 to POST and 200 to others, with the Status documents the real apiserver sends; ``slow`` holds
+    201 to POST and 200 to others, with the Status documents the real apiserver sends (a failure's
+    ``details`` from ``details[(method, path)]``); ``slow`` holds
     each next answer that many seconds, in turn.
     """
 
@@ -239,6 +257,7 @@ class FakeApiserver(FakeActions):
         self.watch_calls: list[tuple[str, str]] = []
         self.requests: list[Request] = []
         self.answers: dict[tuple[str, str], tuple[int, str]] = {}
+        self.details: dict[tuple[str, str], dict[str, Any]] = {}  # a failure's Status details
         self.slow: list[float] = []
         self.in_flight = 0
         self.most_in_flight = 0
@@ -343,6 +362,8 @@ class FakeApiserver(FakeActions):
         if status >= 400:
             doc = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
                    "code": status}
+            if (request.method, request.path) in self.details:
+                doc["details"] = self.details[(request.method, request.path)]
         else:
             doc = {"kind": "Status", "apiVersion": "v1", "status": "Success"}
         return web.json_response(doc, status=status)

@@ -6,8 +6,10 @@ node), apiserver refusals, lagging watches, timeouts and restarts. After every s
 be consistent, a pod reserved by at most one gang, and no member bound while its gang is below
 quorum. After the bind, members become Ready or fail and nodes go away; readiness and recovery
 timeouts requeue gangs (Quorum evicts them whole) and deactivate them past the requeue limit, and
-a restart resumes that bookkeeping from the PodGroups. QUORUM_STATEFUL_EXAMPLES raises the number
-of scenarios for a longer run.
+a restart resumes that bookkeeping from the PodGroups. PodDisruptionBudgets come and go: one that
+refuses a member's eviction keeps its whole gang running, and one that changes between Quorum's
+dry run and the eviction only delays the member, which goes once the budget is lifted.
+QUORUM_STATEFUL_EXAMPLES raises the number of scenarios for a longer run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from extender.cluster.conventions import gang_key_of_pod
 from extender.cluster.gang_sources import spec_from_annotations
 from extender.cluster.records import pod_record
 from extender.config import Config, GangTimings, Lifecycle, Preemption, Starvation
+from extender.gang import evictions
 from extender.gang.coordinator import Coordinator
 from extender.gang.state import Claim
 from extender.metrics import Metrics
@@ -67,6 +70,13 @@ class CoreMachine(RuleBasedStateMachine):
         super().__init__()
         self.loop = VirtualClockLoop()
         self.model = ClusterModel(self.loop)
+        # Pod names whose evictions a budget refuses: dry runs and real ones, or real ones only.
+        self.budget: set[str] = set()
+        self.race: set[str] = set()
+        self.lifted_at = 0.0
+        # Pods a budget protects from the start (no eviction of their gang under way then): pod
+        # name -> (gang, the client, how many evictions it had made by then).
+        self.guarded: dict[str, tuple[str, FakeActions, int]] = {}
         self.actions = FakeActions(self.model)
         self.coordinator = self._start()
         self.answers: dict[str, str] = {}  # uid -> node its last filter passed (the scheduler assumes it)
@@ -78,6 +88,7 @@ class CoreMachine(RuleBasedStateMachine):
         cache = self.model.cache = ClusterCache(LEVEL_LABELS)
         self.model.unseen.clear()
         self.actions = FakeActions(self.model)
+        self.actions.refuse_eviction, self.actions.refuse_real_eviction = self.budget, self.race
         coordinator = Coordinator(CONFIG, cache, self.actions, Metrics(), clock=self.loop.time, strict=True)
 
         def fill() -> None:
@@ -359,6 +370,35 @@ class CoreMachine(RuleBasedStateMachine):
         self.binds[data.draw(st.sampled_from(sorted(self.open_binds())))].cancel()
         self.loop.run(lambda: None)
 
+    @precondition(lambda self: self._running() or self.budget or self.race)
+    @rule(data=st.data(), kind=st.sampled_from(["budget", "budget", "race", "lift"]))
+    def eviction_refusal(self, data: st.DataObject, kind: str) -> None:
+        """A PodDisruptionBudget comes to protect a running pod (its dry runs and evictions are
+        refused), or one refuses only its real evictions (it changed after Quorum's dry run); or
+        every budget is lifted, and time passes for Quorum's next attempts. (Time may pass under
+        the budget too: a readiness or recovery timeout then wants the gang evicted.)"""
+        if kind == "lift" or not self._running():
+            self.budget.clear()
+            self.race.clear()
+            self.guarded.clear()
+            self.lifted_at = self.loop.now
+            self.loop.advance(evictions.REFUSAL_RETRY_MAX_SECONDS * 1.5)
+            return
+        members = [u for u in self._running() if self.model.gang_of(u)]  # where all-or-none matters
+        uid = data.draw(st.sampled_from(members or self._running()))
+        gang = self.model.gang_of(uid)
+        state = self.coordinator.registry.gangs.get(gang or "")
+        under_way = state is not None and (uid in state.evicting or self.coordinator.lifecycle.checking(
+            state.key))
+        name = self.model.pods[uid]["metadata"]["name"]
+        if gang and (kind == "race" or under_way):
+            # Between a dry run and the evictions: the gang may run in part until the budget is lifted.
+            self.model.disturbed.add(gang)
+        elif gang:
+            self.guarded.setdefault(name, (gang, self.actions, len(self.actions.evictions)))
+        (self.race if kind == "race" else self.budget).add(name)
+        self.loop.advance(data.draw(st.sampled_from([0.0, 0.15, 30.0]), label="wait"))  # a timeout may fire
+
     # ------------------------------------------------------------------ time, watches, restarts
     @rule(seconds=st.sampled_from([0.001, 0.01, 0.03, 0.06, 0.3]))
     def time_passes(self, seconds: float) -> None:
@@ -404,6 +444,30 @@ class CoreMachine(RuleBasedStateMachine):
         for gang in self.coordinator.gangs():
             if self.coordinator.phase_of(gang) == "Deactivated" and gang not in self.model.disturbed:
                 assert not self.model.running(gang), f"{gang}: deactivated but running"
+
+    @invariant()
+    def refused_evictions_finish_once_lifted(self) -> None:
+        """With no budget refusing, no pod whose eviction was refused is still running after
+        Quorum's next attempt: nothing is given up and left running forgotten."""
+        if self.budget or self.race:
+            return
+        refused = set(self.actions.refused)
+        left = [name for uid, name in self._names().items() if name in refused and uid in self._running()]
+        assert not left or self.loop.now - self.lifted_at < evictions.REFUSAL_RETRY_MAX_SECONDS, left
+
+    @invariant()
+    def budgets_keep_gangs_whole(self) -> None:
+        """While a budget protects a running member, Quorum evicts no other member of its gang
+        (but those stranded on a deleted node: they are lost with it, and go without asking)."""
+        running = {name for uid, name in self._names().items() if uid in self._running()}
+        for name, (gang, actions, since) in sorted(self.guarded.items()):
+            if actions is self.actions and name in running:
+                evicted = [n for _, n, u, why in actions.evictions[since:]
+                           if self.model.gang_of(u) == gang and not why.endswith("was deleted")]
+                assert not evicted, f"{gang}: {evicted} evicted while a budget protects {name}"
+
+    def _names(self) -> dict[str, str]:
+        return {uid: obj["metadata"]["name"] for uid, obj in self.model.pods.items()}
 
     @invariant()
     def no_member_bound_below_quorum(self) -> None:

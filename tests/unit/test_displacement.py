@@ -19,7 +19,7 @@ HIGH = 100
 
 async def settle() -> None:
     """Let spawned evictions reach the fake apiserver."""
-    for _ in range(5):
+    for _ in range(10):
         await asyncio.sleep(0)
 
 

@@ -66,6 +66,32 @@ async def test_eviction_refused_raises_eviction_failed(kube: KubeWorld, status: 
         await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue")
 
 
+async def test_a_dry_run_eviction_asks_with_dry_run_all_and_evicts_nothing(kube: KubeWorld) -> None:
+    await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue", dry_run=True)
+    [request] = kube.api.requests
+    assert request.body["deleteOptions"] == {"preconditions": {"uid": "uid-0"}, "dryRun": ["All"]}
+
+
+async def test_a_refused_eviction_names_the_budget_the_apiserver_names(kube: KubeWorld) -> None:
+    kube.api.answers[("POST", EVICTION)] = (429, "Cannot evict pod as it would violate the pod's "
+                                                 "disruption budget.")
+    kube.api.details[("POST", EVICTION)] = {"causes": [
+        {"reason": "DisruptionBudget",
+         "message": "The disruption budget keep-trainer needs 2 healthy pods and has 2 currently"}]}
+    with pytest.raises(EvictionFailed, match="disruption budget keep-trainer needs 2"):
+        await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue", dry_run=True)
+
+
+@pytest.mark.parametrize("details", [None, {"causes": "not a list"}, {"causes": [7, {}]}])
+async def test_a_refusal_without_usable_causes_still_says_why(kube: KubeWorld, details: object) -> None:
+    kube.api.answers[("POST", EVICTION)] = (429, "Cannot evict pod as it would violate the pod's "
+                                                 "disruption budget.")
+    if details is not None:
+        kube.api.details[("POST", EVICTION)] = details  # type: ignore[assignment]
+    with pytest.raises(EvictionFailed, match=r"disruption budget\.$"):
+        await kube.client.evict_pod("ml", "trainer-0", "uid-0", "requeue", dry_run=True)
+
+
 async def test_eviction_without_an_apiserver_raises_eviction_failed() -> None:
     client = KubeClient(Credentials("http://127.0.0.1:1", False, {}))
     try:
