@@ -136,6 +136,10 @@ class Earmarks(Protocol):
         """The claim, for /debug/gangs."""
         ...
 
+    def displace(self, key: str) -> frozenset[str]:
+        """Let the gang preempt if it is first in the queue (as ``/preempt`` does); its victims."""
+        ...
+
 
 @dataclass
 class Core:

@@ -23,6 +23,7 @@ A gang any of whose pending members says ``preemptionPolicy: Never`` displaces n
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -76,9 +77,22 @@ class Displacer:
         return False
 
     def victims_for(self, gang: str) -> frozenset[str]:
-        """The pods being displaced for ``gang`` (empty when none are)."""
+        """The pods being displaced for ``gang`` (empty when none are): plain pods, and members of
+        victim gangs whose evictions all passed their dry runs. kube-scheduler deletes the victims
+        it proposes without asking their budgets, so a gang still being asked about (or spared)
+        offers none."""
         work = self.under_way
-        return work.victims if work is not None and work.gang == gang and self.busy() else frozenset()
+        if work is None or work.gang != gang or not self.busy():
+            return frozenset()
+        return frozenset(uid for uid in work.victims if self._committed(uid, work.victim_gangs))
+
+    def _committed(self, uid: str, victim_gangs: frozenset[str]) -> bool:
+        record = self.core.cache.pods.get(uid)
+        key = record.gang_key if record is not None else None
+        if key is None or key not in victim_gangs:
+            return True
+        state = self.registry.gangs.get(key)
+        return state is not None and uid in state.evicting
 
     def priority_of(self, key: str) -> int:
         return gang_priority(self.core.cache, key)
@@ -191,6 +205,25 @@ class Displacer:
             core.note(preemptor, "EvictionRefused", f"gang {work.gang}: victim gang {gang} kept running "
                                                     f"({note}); looking for other victims", WARNING)
             core.requeue(work.gang, core.pending_members(work.gang), f"victim gang {gang} was spared")
+            self._ask_again_after_spare(work.gang)
+
+    def _ask_again_after_spare(self, gang: str) -> None:
+        """Plan again for the preemptor once the spared gang may be chosen again, as its next
+        ``/preempt`` would: when no other victims would do, nothing else may wake it (a budget
+        deleted or relaxed is no event kube-scheduler retries a pod on, and a pod its own filters
+        rejected on every node is not retried on the nudge either)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        loop.call_later(SPARED_SECONDS + 1.0, self._ask_again, gang)
+
+    def _ask_again(self, gang: str) -> None:
+        if gang not in self.registry.gangs:
+            return
+        if self.core.earmarks is not None:
+            self.core.earmarks.displace(gang)
+        self.core.requeue(gang, self.core.pending_members(gang), "a spared victim gang may be chosen again")
 
     def check(self) -> list[str]:
         """A victim gang is never left partly running: every running member is being evicted, or

@@ -118,9 +118,12 @@ async def test_kube_schedulers_proposals_are_kept_only_where_quorums_plan_evicts
     # No filter call ever reached Quorum (no node passed kube-scheduler's own filters): /preempt
     # is where the gang is first seen, and where the whole-gang preemption starts.
     proposed = proposals(world, ["low0", "plain-b0-r1-n0"])
+    # The plan is made; its victim gang's evictions are asked first (dry runs), and kube-scheduler
+    # deletes what /preempt lets through without asking budgets: nothing yet.
+    assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposed) == {}
+    await settle()
     kept = world.coordinator.preempt(typed(world.pods["high0"])[0], proposed)
     assert kept == {"b0-r0-n0": proposed["b0-r0-n0"]}
-    await settle()
     assert sorted(world.actions.evicted) == ["low0", "low1"]  # the whole gang, not just low0
     world.check()
 

@@ -13,8 +13,8 @@ import pytest
 
 from extender.gang import evictions
 
-from .fixtures import schedule
-from .test_displacement import HIGH, low_gang_fills_rack_and_plain_pods_the_rest, settle
+from .fixtures import schedule, typed
+from .test_displacement import HIGH, low_gang_fills_rack_and_plain_pods_the_rest, proposals, settle
 from .test_lifecycle import deliver, group_gang, lifecycle_world, ready
 from .test_queue import QueueWorld
 
@@ -108,4 +108,22 @@ async def test_a_victim_gang_with_one_protected_member_is_spared_and_other_victi
     assert world.claim is not None and world.claim.gang == "ml/high"
     assert {world.rack_of(world.pods[name]["spec"]["nodeName"]) for name in evicted} == \
         {world.claim.domain.split("/")[1]}
+    world.check()
+
+
+async def test_kube_schedulers_own_victims_of_a_gang_still_being_asked_about_are_refused() -> None:
+    """kube-scheduler deletes the victims /preempt lets through without asking their budgets: while
+    the victim gang's dry runs are out, and once a budget spared it, /preempt lets none of its
+    members through (the end-to-end run lost a protected gang's member this way)."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.actions.refuse_eviction.add(low[1])
+    world.actions.budgets[low[1]] = BUDGET
+    world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []  # the plan is made, the dry runs are asked
+    proposed = proposals(world, low)
+    assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposed) == {}
+    await settle()
+    assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposed) == {}
+    assert not set(low) & set(world.actions.evicted)
     world.check()
