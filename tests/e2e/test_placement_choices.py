@@ -79,3 +79,26 @@ def test_members_beyond_min_count_are_scored_towards_the_gangs_rack(scenario: Sc
         f"members beyond minCount must go to the free nodes of the gang's rack {rack} "
         f"{sorted(near)} (with {far} free nodes elsewhere), got {late}")
     sc.finish()
+
+
+def test_pods_of_a_basic_group_are_scored_towards_where_the_group_runs(scenario: Scenario) -> None:
+    """A ``basic`` PodGroup is no gang (no quorum, no reservation), yet its pods are drawn together."""
+    sc, topo = scenario, scenario.topo
+    gpn, per_rack = topo.gpus_per_node, topo.nodes_per_rack
+    why = topo.shortfall(nodes_per_rack=2) or (None if len(topo.racks) >= 2 else "needs >= 2 racks")
+    if why:
+        pytest.skip(why)
+    sc.kube.create_podgroup(sc.ns, "loose", None)
+    (first,) = sc.create([sc.pod("loose-0", gpus=gpn, pod_group="loose")])
+    node = sc.wait_bound([first], timeout=60, what="the group's first pod bound")[first]
+    rack = topo.rack_of(node)
+    near = set(topo.racks[rack]) - {node}
+
+    started = time.monotonic()
+    more = sc.create([sc.pod(f"loose-{i}", gpus=gpn, pod_group="loose") for i in range(1, per_rack)])
+    late = sc.wait_bound(more, timeout=60, what=f"{len(more)} more pods of the basic group bound")
+    sc.record("more_pods_bound_after_seconds", round(time.monotonic() - started, 2))
+    assert set(late.values()) == near, (
+        f"pods of the basic group must fill the free nodes of its rack {rack} {sorted(near)} "
+        f"(with {len(topo.nodes) - per_rack} free nodes elsewhere), got {late}")
+    sc.finish()
