@@ -56,15 +56,19 @@ def test_gang_started_condition_and_configmap_only_after_every_member_started(sc
     sc.wait_bound(names, timeout=60, what="gang 'barrier' bound")
 
     # Bound, three started, the last not yet: no signal of any kind.
+    # The signals are read first, the pods after: a member not started in the later read had not
+    # started when the signals were read either (a start time is set once), so no signal may exist.
     checks = 0
     while True:
+        made_early = configmap(sc)
+        condition = started_condition(sc)
+        events = [e for e in quorum_events(sc, "PodGroup", "barrier") if e.get("reason") == "GangStarted"]
         pods = sc.pods_named(names)
         if all((p.get("status") or {}).get("startTime") for p in pods.values()):
             break
-        assert configmap(sc) is None, "the ConfigMap appeared before every member started"
-        condition = started_condition(sc)
+        assert made_early is None, "the ConfigMap appeared before every member started"
         assert condition is None or condition.get("status") != "True", f"started too early: {condition}"
-        assert not [e for e in quorum_events(sc, "PodGroup", "barrier") if e.get("reason") == "GangStarted"]
+        assert not events, f"the GangStarted Event came before every member started: {events}"
         checks += 1
         time.sleep(0.5)
     assert checks >= 4, f"the late member started after {checks} checks: the test saw no window"

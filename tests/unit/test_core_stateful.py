@@ -391,8 +391,12 @@ class CoreMachine(RuleBasedStateMachine):
         under_way = state is not None and (uid in state.evicting or self.coordinator.lifecycle.checking(
             state.key))
         name = self.model.pods[uid]["metadata"]["name"]
-        if gang and (kind == "race" or under_way):
-            # Between a dry run and the evictions: the gang may run in part until the budget is lifted.
+        seen = self.coordinator.cache.pods.get(uid)
+        unseen = seen is None or not seen.node_name or seen.deleting  # the watch has not shown it running
+        if gang and (kind == "race" or under_way or unseen):
+            # Between a dry run and the evictions, or on a member whose bind the watch has not shown
+            # yet (Quorum cannot ask about a member it does not know runs): the gang may run in part
+            # until the budget is lifted.
             self.model.disturbed.add(gang)
         elif gang:
             self.guarded.setdefault(name, (gang, self.actions, len(self.actions.evictions)))
@@ -459,8 +463,12 @@ class CoreMachine(RuleBasedStateMachine):
     def budgets_keep_gangs_whole(self) -> None:
         """While a budget protects a running member, Quorum evicts no other member of its gang
         (but those stranded on a deleted node: they are lost with it, and go without asking)."""
-        running = {name for uid, name in self._names().items() if uid in self._running()}
+        names = self._names()
+        running = {name for uid, name in names.items() if uid in self._running()}
         for name, (gang, actions, since) in sorted(self.guarded.items()):
+            state = self.coordinator.registry.gangs.get(gang)
+            if state is not None and any(names.get(u) == name for u in state.evicting):
+                continue  # Quorum already evicts it (a race with the budget): tried until it is gone
             if actions is self.actions and name in running:
                 evicted = [n for _, n, u, why in actions.evictions[since:]
                            if self.model.gang_of(u) == gang and not why.endswith("was deleted")]
