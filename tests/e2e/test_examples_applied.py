@@ -9,7 +9,8 @@ runs this module on every version); the topology examples and the demo's workloa
 versioned API beyond what their minor serves.
 
 The objects are applied into the test's own namespace instead of the ``ml`` the files name, so
-nothing outside the test is touched; a dry run creates nothing.
+nothing outside the test is touched; a dry run creates nothing, so the Workloads a 1.36 PodGroup is
+checked against at admission are created first (and go with the namespace).
 """
 
 from __future__ import annotations
@@ -58,10 +59,20 @@ def into_namespace(manifests: str, namespace: str) -> tuple[str, int]:
     return yaml.safe_dump_all(docs), len(docs)
 
 
+# Objects others are checked against at admission (a 1.36 PodGroup's Workload must exist): a dry
+# run creates nothing, so these are created for real first, in the test's namespace.
+PREREQUISITE_KINDS = ("Workload",)
+
+
 def server_side_dry_run(manifests: str, namespace: str) -> subprocess.CompletedProcess[str]:
     moved, _ = into_namespace(manifests, namespace)
-    return run(tool("kubectl", "QUORUM_KUBECTL"), "--kubeconfig", kubeconfig(), "apply",
-               "--dry-run=server", "-f", "-", stdin=moved)
+    kubectl = (tool("kubectl", "QUORUM_KUBECTL"), "--kubeconfig", kubeconfig(), "apply")
+    first = [doc for doc in yaml.safe_load_all(moved) if doc and doc.get("kind") in PREREQUISITE_KINDS]
+    if first:
+        made = run(*kubectl, "-f", "-", stdin=yaml.safe_dump_all(first))
+        if made.returncode != 0:
+            return made
+    return run(*kubectl, "--dry-run=server", "-f", "-", stdin=moved)
 
 
 def assert_accepted(done: subprocess.CompletedProcess[str], manifests: str, what: str) -> None:
