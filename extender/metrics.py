@@ -40,6 +40,13 @@ class Metrics:
             buckets=_LATENCY_BUCKETS,
             registry=r,
         )
+        self.node_forms = Counter(
+            "quorum_candidate_nodes_total",
+            "Filter and prioritize calls by how kube-scheduler sent the candidate nodes: names "
+            "(nodeCacheCapable: true) or objects (nodeCacheCapable: false, whole Node objects).",
+            ["verb", "form"],
+            registry=r,
+        )
         self.gang_wait = Histogram(
             "quorum_gang_wait_seconds",
             "Time from a gang being first seen to its quorum being bound.",

@@ -124,7 +124,7 @@ async def _body(request: web.Request) -> bytes:
         raise BodyRefused(f"request body not received within {timeout:g}s", status=408) from None
 
 
-def _extender_args(request: web.Request, body: bytes) -> wire.ExtenderArgs:
+def _extender_args(request: web.Request, body: bytes, verb: str) -> wire.ExtenderArgs:
     """Parsed filter/prioritize arguments, refusing more candidates than the cluster could offer.
 
     kube-scheduler offers each feasible node once, so a list far longer than the cluster's nodes is
@@ -135,11 +135,12 @@ def _extender_args(request: web.Request, body: bytes) -> wire.ExtenderArgs:
     if len(args.candidate_names) > limit:
         raise wire.WireError(f"{len(args.candidate_names)} candidate nodes offered; the cluster has "
                              f"{len(request.app[CACHE].nodes)} (at most {limit} accepted)")
+    request.app[METRICS].node_forms.labels(verb, "names" if args.nodes is None else "objects").inc()
     return args
 
 
 async def handle_filter(request: web.Request) -> web.Response:
-    args = _extender_args(request, await _body(request))
+    args = _extender_args(request, await _body(request), "filter")
     decision = request.app[COORDINATOR].filter(args.pod, args.declared_gang, args.candidate_names)
     response = _json(wire.filter_answer(args, decision))
     response.headers["X-Quorum-Outcome"] = "pass" if decision.passing else "reject"
@@ -147,7 +148,7 @@ async def handle_filter(request: web.Request) -> web.Response:
 
 
 async def handle_prioritize(request: web.Request) -> web.Response:
-    args = _extender_args(request, await _body(request))
+    args = _extender_args(request, await _body(request), "prioritize")
     table = request.app[COORDINATOR].prioritize(args.pod, args.candidate_names)
     return _json(request.app[SCORES].encode(args.candidate_names, table))
 

@@ -111,8 +111,10 @@ class Reporter:
         if home is None or not home.conditions:
             return
         applied = self._reported.of(state).conditions
+        # The message counts too: a condition set while members were still arriving must not keep
+        # saying so once the gang's reason is that it does not fit.
         wanted = [c for c in self._wanted(state, applied)
-                  if applied.get(c.type, ())[:2] != (c.status, c.reason)]
+                  if applied.get(c.type) != (c.status, c.reason, c.message)]
         if not wanted:
             return
         for c in wanted:

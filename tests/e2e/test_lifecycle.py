@@ -138,6 +138,11 @@ def test_a_failed_member_is_replaced_in_the_gangs_rack_and_the_gang_recovers(sce
     failed_at = time.monotonic()
     sc.wait_for("the gang recovering", lambda: phase(sc, "ring") == "Recovering", timeout=30, interval=0.1)
     recovering = condition(sc, "ring", "quorum.dev/Recovering")
+    pods_ready = sc.wait_for(
+        "quorum.dev/PodsReady False with reason WaitForPodsRecovery",
+        lambda: (c if (c := condition(sc, "ring", "quorum.dev/PodsReady") or {}).get("reason")
+                 == "WaitForPodsRecovery" and c.get("status") == "False" else None), timeout=15, interval=0.1)
+    sc.record("pods_ready_while_recovering", str(pods_ready.get("message"))[:200])
     again = sc.wait_for("a replacement bound", lambda: live_bound(sc, "ring", size), timeout=60)
     recovered_after = round(time.monotonic() - failed_at, 1)
     replacement = sorted(set(again) - set(first))

@@ -69,8 +69,11 @@ def test_a_gang_that_does_not_fit_gets_a_nofit_event_and_an_unschedulable_condit
     unschedulable = sc.wait_for(
         f"{SCHEDULED} False with reason Unschedulable on PodGroup 'toobig'",
         lambda: condition_is(sc, "toobig", SCHEDULED, "False", "Unschedulable"), timeout=15)
-    # The condition is first set while members are still being created, and only a new status or
-    # reason rewrites it, so its message may still name that phase; the reason is what is promised.
+    # First set while members were still being created; the message must follow the gang's reason.
+    unschedulable = sc.wait_for(
+        f"{SCHEDULED}'s message naming the shortfall, not the members' arrival",
+        lambda: (c if "best rack fits" in str((c := condition(sc, "toobig", SCHEDULED) or {}).get("message"))
+                 else None), timeout=15)
     sc.record("unschedulable_message", str(unschedulable.get("message"))[:300])
     sc.assert_unbound_for(names, 3, what="members of a gang that does not fit")
     assert condition_is(sc, "toobig", SCHEDULED, "False", "Unschedulable"), condition(sc, "toobig", SCHEDULED)

@@ -265,6 +265,27 @@ async def test_metrics_record_verb_and_outcome(stack: Stack) -> None:
     assert _histogram_count(text, "preempt", "ok") is None
 
 
+def _counter(text: str, name: str, labels: dict[str, str]) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return sample.value
+    return None
+
+
+async def test_metrics_say_how_the_candidate_nodes_were_sent(stack: Stack) -> None:
+    """Which wire mode kube-scheduler uses (nodeCacheCapable) is visible to an operator."""
+    nodes = topology_nodes()[:3]
+    await stack.post("/filter", extender_args(plain_pod(), nodes=nodes))
+    await stack.post("/filter", extender_args(plain_pod(), nodes=nodes))
+    await stack.post("/prioritize", extender_args(plain_pod(), names=ALL_NAMES))
+    text = await (await stack.client.get("/metrics")).text()
+    name = "quorum_candidate_nodes_total"
+    assert _counter(text, name, {"verb": "filter", "form": "objects"}) == 2
+    assert _counter(text, name, {"verb": "filter", "form": "names"}) is None
+    assert _counter(text, name, {"verb": "prioritize", "form": "names"}) == 1
+
+
 async def test_debug_gangs_is_json(stack: Stack) -> None:
     stack.cache.upsert_podgroup(make_podgroup("train-a", 2))
     member = make_pod("train-a-worker-0", "uid-w0", group="train-a")

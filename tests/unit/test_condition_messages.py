@@ -1,0 +1,42 @@
+"""A PodGroup condition's message follows the gang's reason, not only its status and reason."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .fixtures import bound, make_pod
+from .test_lifecycle import group_gang, lifecycle_world
+
+SCHEDULED = "PodGroupInitiallyScheduled"
+
+
+def _scheduled(world: Any, key: str) -> tuple[bool, str, str] | None:
+    for c in world.actions.conditions.get(key, []):
+        if c.type == SCHEDULED:
+            return (c.status, c.reason, c.message)
+    return None
+
+
+async def test_the_unschedulable_message_follows_the_gangs_reason() -> None:
+    """Once set, the condition must not keep its first message while the gang's reason moves on (seen
+    on a real PodGroup: the message still named the members' arrival after the gang was found not
+    to fit)."""
+    world = lifecycle_world()
+    nodes = sorted(world.cache.nodes)
+    for i, node in enumerate(nodes[:-1]):  # one node free: a gang of 3 whole-node members waits
+        world.add(bound(make_pod(f"blocker-{i}", f"uid-blocker-{i}", gpus=8), node))
+    names = group_gang(world, "big", 3)
+    assert not world.filter(names[0]).passing
+    await asyncio.sleep(0)
+    before = _scheduled(world, "ml/big")
+    assert before is not None and before[:2] == (False, "Unschedulable"), before
+
+    world.cache.delete_pod(world.pods.pop("blocker-0"))  # two nodes free: still short, by one
+    assert not world.filter(names[0]).passing
+    await asyncio.sleep(0)
+    after = _scheduled(world, "ml/big")
+    reason = world.coordinator.reason_of("ml/big")
+    assert after is not None and after[:2] == (False, "Unschedulable"), after
+    assert after[2] != before[2], (before, after)
+    assert after[2] == reason, f"the condition still says {after[2]!r}; the gang's reason is {reason!r}"
