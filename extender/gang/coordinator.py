@@ -277,9 +277,9 @@ class Coordinator:
             result = NoFit(f"{result.reason}; {asked}")
         set_reason(state, self.planner.remember_nofit(state, result, g.candidates))
         self.retry.note_rejection(state)
-        if state.started and bound_nodes and spec.required_topology and \
+        if state.started and bound_nodes and (spec.required_topology or spec.slice_topology) and \
                 self.lifecycle.replace_outside(spec):
-            # Recovery: the survivors' domain cannot take the replacements; start afresh.
+            # Recovery: the survivors' domain (or slice) cannot take the replacements; start afresh.
             self.lifecycle.requeue(state, f"{state.reason}; re-placing the whole gang", "replace",
                                    backoff=False)
             return reject_all(g.candidates, state.reason)

@@ -14,6 +14,7 @@ from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.apart import resolve_apart
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
+from ..topology.slice_repair import place_replacements_in_slices
 from ..topology.slices import place_sliced
 from .core import Core
 from .registry import GangRegistry
@@ -173,15 +174,22 @@ class Planner:
         for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes)):
             members = [Member(m.uid, m.requests) for m in group]
             if slices is not None and spec.slice_size and not bound_nodes:
-                # Slices shape a placement from scratch; replacements for lost members of a running
-                # gang are placed inside its required domain only (their slices are not tracked).
                 result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
                                       spec.slice_size, apart)
+            elif slices is not None and spec.slice_size:
+                # Replacements for lost members of a running gang go back into their slices' domains.
+                result = place_replacements_in_slices(nodes, members, self.level_names, slices,
+                                                      spec.slice_size, self._slice_paths(bound_nodes, slices))
             else:
                 result = place_gang(nodes, members, self.level_names, required, preferred, apart)
             if isinstance(result, Placement):
                 break
         return result
+
+    def _slice_paths(self, bound_nodes: list[str], level: int) -> list[tuple[str, ...]]:
+        """The slice-domain path of each running member (unknown nodes count as no domain)."""
+        nodes = self.core.cache.nodes
+        return [nodes[name].domains[: level + 1] if name in nodes else () for name in bound_nodes]
 
     def _pinned_domain(self, required: int | None, bound_nodes: list[str]) -> tuple[int, str] | None:
         """The required domain members already running pin (the rest must join them), if any."""
