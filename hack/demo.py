@@ -122,15 +122,7 @@ def key_metrics(quorum_url: str) -> str:
     return "\n".join(line for line in lines if line.startswith(wanted) and not line.endswith(" 0.0"))
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--namespace", default="demo")
-    parser.add_argument("--quorum-url", default=os.environ.get("QUORUM_URL", "http://127.0.0.1:8888"))
-    args = parser.parse_args()
-    config.load_kube_config()
-    api = client.ApiClient()
-    core = client.CoreV1Api(api)
-    ns = args.namespace
+def fresh_namespace(core: client.CoreV1Api, ns: str) -> None:
     try:
         core.delete_namespace(ns)
         while True:
@@ -139,6 +131,21 @@ def main() -> int:
     except ApiException:
         pass
     core.create_namespace({"metadata": {"name": ns}})
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--namespace", default="demo")
+    parser.add_argument("--quorum-url", default=os.environ.get("QUORUM_URL", "http://127.0.0.1:8888"))
+    parser.add_argument("--existing-namespace", action="store_true",
+                        help="use the namespace as it is (the test suite makes it) instead of a fresh one")
+    args = parser.parse_args()
+    config.load_kube_config()
+    api = client.ApiClient()
+    core = client.CoreV1Api(api)
+    ns = args.namespace
+    if not args.existing_namespace:
+        fresh_namespace(core, ns)
 
     steps = list(workloads.WORKLOADS.items())
     *first, (sweep_title, sweep) = steps
@@ -164,6 +171,8 @@ def main() -> int:
     )
     bound_now = sum(1 for p in pods_by_group(core, ns).get("sweep", []) if p.spec.node_name)
     print(f"  sweep: {bound_now} pods bound; Quorum says: {gang['reason'] if gang else 'unknown'}")
+    if bound_now:
+        raise SystemExit(f"demo: sweep bound {bound_now} of its pods while the whole gang did not fit")
     print("\n" + table(core, ns, args.quorum_url))
 
     print("\nallreduce finishes (its pods are deleted), freeing a rack")
