@@ -19,6 +19,7 @@ from .adapters.kube import KubeClient, load_credentials
 from .adapters.kueue_topology import read_levels
 from .adapters.server import build_app
 from .adapters.tls import Reloader
+from .adapters.token import TokenFile
 from .cluster.cache import ClusterCache
 from .gang.coordinator import Coordinator
 from .metrics import Metrics
@@ -86,18 +87,24 @@ def build(config: cfg.Config) -> web.Application:
     if reloader is not None:
         app[TLS_RELOADER] = reloader
 
+    token_file = None if credentials.token_file is None else TokenFile(
+        credentials.token_file, credentials.headers.get("Authorization", "").removeprefix("Bearer ") or None,
+        client.set_token)
+
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
         informer.start()
         ops_host = config.metrics_host or config.host
         ops_runner = await serve_plain(ops, ops_host, config.metrics_port) if ops is not None else None
         reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
+        tokens = asyncio.ensure_future(token_file.run()) if token_file is not None else None
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),
                                    "metricsPort": config.metrics_port or config.port,
                                    "levels": [lvl.name for lvl in config.levels]})
         yield
-        if reloads is not None:
-            reloads.cancel()
+        for task in (reloads, tokens):
+            if task is not None:
+                task.cancel()
         if ops_runner is not None:
             await ops_runner.cleanup()
         await informer.stop()

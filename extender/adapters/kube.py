@@ -31,6 +31,7 @@ from ..metrics import Metrics
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message
 from .scale_up_writes import ScaleUpWrites
+from .token import IN_CLUSTER_TOKEN
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class Credentials:
     host: str
     ssl_context: ssl.SSLContext | bool
     headers: dict[str, str]
+    token_file: str | None = None  # in cluster: the ServiceAccount token, which the kubelet rotates
 
 
 def load_credentials(kubeconfig: str) -> Credentials:
@@ -81,7 +83,8 @@ def load_credentials(kubeconfig: str) -> Credentials:
             context.verify_mode = ssl.CERT_NONE
         if configuration.cert_file:
             context.load_cert_chain(configuration.cert_file, configuration.key_file)
-    return Credentials(configuration.host.rstrip("/"), context, headers)
+    token_file = None if kubeconfig else IN_CLUSTER_TOKEN
+    return Credentials(configuration.host.rstrip("/"), context, headers, token_file)
 
 
 def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
@@ -118,6 +121,12 @@ class KubeClient:
                 json_serialize=lambda o: orjson.dumps(o).decode(),
             )
         return self._session
+
+    def set_token(self, token: str) -> None:
+        """Send ``token`` from now on (a rotated ServiceAccount token); open watches keep theirs."""
+        self.credentials.headers["Authorization"] = f"Bearer {token}"
+        if self._session is not None:
+            self._session.headers["Authorization"] = f"Bearer {token}"
 
     async def close(self) -> None:
         await self.events.close()  # before the session: its last writes need it

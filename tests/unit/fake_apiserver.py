@@ -226,6 +226,7 @@ class Request:
     query: dict[str, str]
     content_type: str
     body: Any
+    authorization: str = ""
 
 
 class FakeApiserver(FakeActions):
@@ -349,7 +350,8 @@ class FakeApiserver(FakeActions):
     async def handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
         self.requests.append(Request(request.method, request.path, dict(request.query),
-                                     request.content_type, json.loads(raw) if raw else None))
+                                     request.content_type, json.loads(raw) if raw else None,
+                                     request.headers.get("Authorization", "")))
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
