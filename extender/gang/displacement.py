@@ -28,6 +28,7 @@ import logging
 from dataclasses import dataclass
 
 from ..cluster.records import GangSpec, PodRecord
+from ..topology.apart import resolve_apart
 from ..topology.placement import Member
 from ..topology.victims import Displacement, Unit, choose_victims
 from .core import Core, gang_priority, runs
@@ -112,8 +113,11 @@ class Displacer:
         priority = self.priority_of(state.key)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
         units, unit_gangs = self._units(below=priority, exclude=state.key)
+        cache = core.cache  # members that repel each other count one per node
+        repel = resolve_apart((m for m in cache.members(state.key) if m.pending), cache.level_labels,
+                              self.registry.running_nodes(state.key), cache.nodes)
         plan = choose_victims(core.ledger.claim_nodes(state.key), units, members, len(core.config.levels),
-                              required)
+                              required, per_node=None if repel is None else 1)
         if plan is None or not plan.units:
             self._searched[state.key] = now
             if len(self._searched) > 4096:

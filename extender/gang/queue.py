@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..topology.apart import Apart, resolve_apart
 from ..topology.claims import ClaimDomain, choose_claim, copies, envelope
 from ..topology.placement import Member
 from .core import Core, gang_priority
@@ -69,8 +70,7 @@ class GangQueue:
 
     def position(self, key: str) -> int | None:
         """1-based place in the queue, or None for a gang that is not waiting."""
-        order = self.order()
-        return order.index(key) + 1 if key in order else None
+        return self.order().index(key) + 1 if key in self.order() else None
 
     def _reorder(self) -> None:
         if not self._dirty:
@@ -198,13 +198,13 @@ class GangQueue:
 
     def _check_unused(self, claim: Claim) -> bool:
         """Give up a claim whose domain has had room for its gang for a while, unused (True)."""
-        core = self.core
-        ledger = core.ledger
+        core, ledger = self.core, self.core.ledger
         versions = (core.cache.capacity_version, ledger.reservation_version, ledger.inflight_version)
         now = core.clock()
         if versions != self._room_checked:
             self._room_checked = versions
-            room = sum(copies(free[0], free[1], claim.envelope) for name in claim.nodes
+            cap = claim.per_node or 1 << 30  # members that repel use one slot per node at most
+            room = sum(min(copies(free[0], free[1], claim.envelope), cap) for name in claim.nodes
                        if (free := ledger.free(name, claim.gang)) is not None)
             if room < claim.needed:
                 self._room_since = 0.0
@@ -249,33 +249,36 @@ class GangQueue:
             return False
         if self.claim is not None:
             self._release(f"gang {state.key} preempts in {'/'.join(plan.domain)}")
-        self._claim(state, ClaimDomain(plan.level, plan.domain, plan.nodes, 0), self._members(state))
+        self._claim(state, ClaimDomain(plan.level, plan.domain, plan.nodes, 0), *self._members(state))
         return True
 
-    def _members(self, state: GangState) -> list[Member]:
-        core = self.core
-        spec = core.cache.gang_spec(state.key)
-        pending = sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
-        needed = max(1, (spec.min_count if spec else 1) - self.registry.running_count(state.key))
-        return [Member(m.uid, m.requests) for m in pending[:needed]]
+    def _members(self, state: GangState) -> tuple[list[Member], Apart | None]:
+        cache, key = self.core.cache, state.key
+        spec = cache.gang_spec(key)
+        pending = sorted((m for m in cache.members(key) if m.pending), key=lambda m: m.name)
+        needed = max(1, (spec.min_count if spec else 1) - self.registry.running_count(key))
+        apart = resolve_apart(pending, cache.level_labels, self.registry.running_nodes(key), cache.nodes)
+        return [Member(m.uid, m.requests) for m in pending[:needed]], apart  # apart: members that repel
 
     def _make(self, state: GangState) -> None:
         core = self.core
         spec = core.cache.gang_spec(state.key)
         if spec is None:
             return
-        members = self._members(state)
+        members, apart = self._members(state)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
-        choice = choose_claim(core.ledger.claim_nodes(state.key), members, len(core.config.levels), required)
+        choice = choose_claim(core.ledger.claim_nodes(state.key), members, len(core.config.levels),
+                              required, apart)
         if choice is None:
             self._impossible[state.key] = core.clock()
             self._dirty = True
             log.info("no domain could hold the gang; no claim", extra={"gang": state.key})
             return
         self._impossible.pop(state.key, None)
-        self._claim(state, choice, members)
+        self._claim(state, choice, members, apart)
 
-    def _claim(self, state: GangState, choice: ClaimDomain, members: list[Member]) -> None:
+    def _claim(self, state: GangState, choice: ClaimDomain, members: list[Member],
+               apart: Apart | None) -> None:
         core = self.core
         pending = [m for m in core.cache.members(state.key) if m.pending]
         nodes = frozenset(choice.nodes)
@@ -283,7 +286,7 @@ class GangQueue:
         level = core.config.levels[choice.level].name
         self.claim = Claim(state.key, self._priority.get(state.key, 0), core.clock(), self._since(state),
                            level, "/".join(choice.domain), nodes, choice.missing, frozenset(holders),
-                           envelope(members), len(members))
+                           envelope(members), len(members), 1 if apart is not None else None)
         self._room_since, self._room_checked = 0.0, (-1, -1, -1)
         self._epoch.value += 1
         core.metrics.claims.labels("made").inc()
@@ -336,8 +339,7 @@ class GangQueue:
         self.tick()
 
     def tick(self) -> None:
-        """The queue's timer: what is due by the clock (a claim delay over, an unused claim's time
-        up, a paused gang free to claim again) is done now."""
+        """The queue's timer: what is due by the clock (a claim delay, an unused claim) is done now."""
         self._dirty = True
         self.refresh()
 
@@ -365,11 +367,9 @@ class GangQueue:
         for node in sorted(claim.nodes):
             for gang in self.core.ledger.gangs_on(node):
                 other = self.registry.gangs.get(gang)
-                if gang == claim.gang or gang in claim.grandfathered or (other is not None and other.started):
-                    continue
-                if self.priority_of(gang) > claim.priority:
-                    continue
-                problems.append(f"node {node}: earmarked for gang {claim.gang} but reserved by {gang}")
+                exempt = gang in (claim.gang, *claim.grandfathered) or (other is not None and other.started)
+                if not exempt and self.priority_of(gang) <= claim.priority:
+                    problems.append(f"node {node}: earmarked for gang {claim.gang} but reserved by {gang}")
         return problems
 
     def view(self, key: str) -> dict[str, object]:

@@ -104,6 +104,7 @@ class Claim:
     grandfathered: frozenset[str]  # gangs already reserved on those nodes when it was made
     envelope: Mapping[str, int]  # what one member needs at most (see topology.claims)
     needed: int  # members it must place
+    per_node: int | None = None  # at most this many members per node (members that repel); None: any
 
     def reason(self, now: float) -> str:
         waited = max(0.0, now - self.waiting_since)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from .apart import Apart
 from .model import Member, Resources
 
 
@@ -64,35 +65,61 @@ def copies(free: Mapping[str, int], pods_free: int, shape: Mapping[str, int]) ->
 
 
 def choose_claim(nodes: Sequence[ClaimNode], members: Sequence[Member], depth: int,
-                 required_level: int | None) -> ClaimDomain | None:
-    """The domain to earmark for the gang, or None when no domain could ever hold it."""
+                 required_level: int | None, apart: Apart | None = None) -> ClaimDomain | None:
+    """The domain to earmark for the gang, or None when no domain could ever hold it.
+
+    ``apart``: members that repel each other count at most one per domain of the rule's level (a
+    domain a running member holds counts none), so a claim is never sized on room they cannot use.
+    """
     size = len(members)
-    if size == 0 or depth == 0:
+    if size == 0 or depth == 0 or (apart is not None and apart.refused):
         return None
     shape = envelope(members)
     hosts = [n for n in nodes if n.ready and len(n.domains) == depth
              and copies(n.allocatable, n.pods_allocatable, shape) > 0]
     levels = [required_level] if required_level is not None else list(range(depth - 1, -1, -1))
     for level in levels:
-        choice = _best_at(hosts, shape, size, level)
+        choice = _best_at(hosts, shape, size, level, apart)
         if choice is not None:
             return choice
     return None
 
 
+def _counted(hosts: Sequence[ClaimNode], shape: Mapping[str, int],
+             apart: Apart | None) -> dict[str, tuple[int, int]]:
+    """Per node, the copies of ``shape`` it counts (when empty, now): with ``apart``, one per
+    domain of the rule (kept by the domain's first node by name), none in a domain already held."""
+    counted = {n.name: (copies(n.allocatable, n.pods_allocatable, shape), copies(n.free, n.pods_free, shape))
+               for n in hosts}
+    if apart is None:
+        return counted
+    seen: dict[tuple[str, ...], str] = {}
+    for n in sorted(hosts, key=lambda h: h.name):
+        domain = apart.domain_of(n.name, n.domains)
+        if not domain or domain in apart.taken:
+            counted[n.name] = (0, 0)
+            continue
+        keeper = seen.setdefault(domain, n.name)
+        empty, now = counted[keeper]
+        if keeper != n.name:
+            mine = counted[n.name]
+            counted[keeper], counted[n.name] = (max(empty, mine[0]), max(now, mine[1])), (0, 0)
+    return {name: (min(empty, 1), min(now, 1)) for name, (empty, now) in counted.items()}
+
+
 def _best_at(hosts: Sequence[ClaimNode], shape: Mapping[str, int], size: int,
-             level: int) -> ClaimDomain | None:
+             level: int, apart: Apart | None = None) -> ClaimDomain | None:
     # domain path -> (copies when empty, copies now, allocatable of the heaviest resource)
     totals: dict[tuple[str, ...], tuple[int, int, int]] = {}
     names: dict[tuple[str, ...], list[str]] = {}
     weight = max(shape.items(), key=lambda kv: (kv[1], kv[0]))[0] if shape else ""
+    counted = _counted(hosts, shape, apart)
     for n in hosts:
         path = n.domains[: level + 1]
         if "" in path:
             continue  # a node missing a label belongs to no domain at this level
         empty, now, size_of = totals.get(path, (0, 0, 0))
-        totals[path] = (empty + copies(n.allocatable, n.pods_allocatable, shape),
-                        now + copies(n.free, n.pods_free, shape),
+        totals[path] = (empty + counted[n.name][0], now + counted[n.name][1],
                         size_of + (n.allocatable.get(weight, 0) if weight else n.pods_allocatable))
         names.setdefault(path, []).append(n.name)
     best: tuple[int, int, tuple[str, ...]] | None = None

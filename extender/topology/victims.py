@@ -43,9 +43,11 @@ class Displacement:
 
 
 def choose_victims(nodes: Sequence[ClaimNode], units: Sequence[Unit], members: Sequence[Member], depth: int,
-                   required_level: int | None) -> Displacement | None:
-    """The cheapest displacement that lets the gang fit in one domain, or None."""
+                   required_level: int | None, per_node: int | None = None) -> Displacement | None:
+    """The cheapest displacement that lets the gang fit in one domain, or None. ``per_node``: at
+    most that many members count on a node (members that repel each other), however much it frees."""
     size = len(members)
+    cap = per_node if per_node is not None else 1 << 30
     if size == 0 or depth == 0:
         return None
     shape = envelope(members)
@@ -53,14 +55,14 @@ def choose_victims(nodes: Sequence[ClaimNode], units: Sequence[Unit], members: S
              and copies(n.allocatable, n.pods_allocatable, shape) > 0}
     levels = [required_level] if required_level is not None else list(range(depth - 1, -1, -1))
     for level in levels:
-        holding = _domains_holding(hosts.values(), level, shape, size)
+        holding = _domains_holding(hosts.values(), level, shape, size, cap)
         if holding:  # else no domain at this level could ever hold it: look one level up
-            return _cheapest(level, holding, units, shape, size)
+            return _cheapest(level, holding, units, shape, size, cap)
     return None
 
 
 def _domains_holding(hosts: Iterable[ClaimNode], level: int, shape: Mapping[str, int],
-                     size: int) -> dict[tuple[str, ...], list[ClaimNode]]:
+                     size: int, cap: int) -> dict[tuple[str, ...], list[ClaimNode]]:
     """The domains at ``level`` whose hosts could hold the whole gang once emptied."""
     domains: dict[tuple[str, ...], list[ClaimNode]] = {}
     for n in hosts:
@@ -68,16 +70,16 @@ def _domains_holding(hosts: Iterable[ClaimNode], level: int, shape: Mapping[str,
         if "" not in path:
             domains.setdefault(path, []).append(n)
     return {p: ns for p, ns in domains.items()
-            if sum(copies(n.allocatable, n.pods_allocatable, shape) for n in ns) >= size}
+            if sum(min(copies(n.allocatable, n.pods_allocatable, shape), cap) for n in ns) >= size}
 
 
 def _cheapest(level: int, holding: Mapping[tuple[str, ...], list[ClaimNode]], units: Sequence[Unit],
-              shape: Mapping[str, int], size: int) -> Displacement | None:
+              shape: Mapping[str, int], size: int, cap: int) -> Displacement | None:
     """The domain needing the fewest units, then the lowest highest priority, then the fewest pods
     evicted (then the first path)."""
     best: tuple[tuple[int, int, int, tuple[str, ...]], Displacement] | None = None
     for path, members_nodes in sorted(holding.items()):
-        chosen = _displace_in(members_nodes, units, shape, size)
+        chosen = _displace_in(members_nodes, units, shape, size, cap)
         if chosen is None:
             continue
         key = (len(chosen), max((u.priority for u in chosen), default=0),
@@ -89,11 +91,11 @@ def _cheapest(level: int, holding: Mapping[tuple[str, ...], list[ClaimNode]], un
 
 
 def _displace_in(domain: Sequence[ClaimNode], units: Sequence[Unit], shape: Mapping[str, int],
-                 size: int) -> list[Unit] | None:
+                 size: int, cap: int) -> list[Unit] | None:
     free = {n.name: (dict(n.free), n.pods_free) for n in domain}
 
     def room() -> int:
-        return sum(copies(f, p, shape) for f, p in free.values())
+        return sum(min(copies(f, p, shape), cap) for f, p in free.values())
 
     if room() >= size:
         return []  # it fits already: nothing to displace here

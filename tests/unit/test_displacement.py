@@ -209,3 +209,15 @@ def test_choose_victims_finds_nothing_when_no_domain_could_hold_the_gang() -> No
     assert choose_victims(nodes, [_unit("g", 0, "a1", "a2")], members, 3, required_level=1) is None
     plan = choose_victims(nodes, [], members[:2], 3, required_level=1)
     assert plan is None  # nothing to evict and no room
+
+
+def test_choose_victims_counts_one_member_per_node_when_members_repel() -> None:
+    """Two 4-GPU members fit on a1 once its pod goes, packed; apart they need a2 freed as well."""
+    nodes = [_node("a1", "b0-r0", 0), _node("a2", "b0-r0", 0)]
+    members = [Member("m0", {GPU: 4}), Member("m1", {GPU: 4})]
+    units = [_unit("p1", 0, "a1"), _unit("p2", 1, "a2")]
+    packed = choose_victims(nodes, units, members, 3, required_level=1)
+    assert packed is not None and [u.key for u in packed.units] == ["p1"]
+    apart = choose_victims(nodes, units, members, 3, required_level=1, per_node=1)
+    assert apart is not None and sorted(u.key for u in apart.units) == ["p1", "p2"]
+    assert choose_victims(nodes[:1], units, members, 3, required_level=1, per_node=1) is None

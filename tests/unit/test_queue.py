@@ -10,6 +10,7 @@ from typing import Any
 from extender.config import Config, Preemption, Starvation
 from extender.gang.coordinator import Coordinator
 from extender.metrics import Metrics
+from extender.topology.apart import Apart
 from extender.topology.claims import ClaimNode, choose_claim
 from extender.topology.placement import Member
 
@@ -404,3 +405,63 @@ def test_choose_claim_sizes_a_mixed_gang_by_its_largest_requests() -> None:
     members = [Member("small", {GPU: 4}), Member("large", {GPU: 8})]
     choice = choose_claim(nodes, members, 3, required_level=1)
     assert choice is not None and choice.missing == 1  # the envelope (8 GPUs) fits once in the free capacity
+
+
+def test_choose_claim_counts_one_member_per_node_for_a_gang_whose_members_repel() -> None:
+    """Two 16-GPU nodes hold four 4-GPU members packed, but only two if they must not share a node."""
+    nodes = [ClaimNode(n, ("b0", "b0-r0", n), {GPU: 16}, 110, {GPU: 16}, 100) for n in ("a1", "a2")]
+    nodes += [ClaimNode(n, ("b0", "b0-r1", n), {GPU: 4}, 110, {GPU: 0}, 100) for n in ("c1", "c2", "c3", "c4")
+              ]
+    members = [Member(f"m{i}", {GPU: 4}) for i in range(4)]
+    packed = choose_claim(nodes, members, 3, required_level=1)
+    assert packed is not None and packed.domain == ("b0", "b0-r0") and packed.missing == 0
+    apart = choose_claim(nodes, members, 3, required_level=1, apart=Apart(None))
+    # Rack r0 could never hold four members apart; r1's four nodes could, once they free up.
+    assert apart is not None and apart.domain == ("b0", "b0-r1") and apart.missing == 4
+    held = choose_claim(nodes, members, 3, required_level=1, apart=Apart(None, taken=frozenset({("c1",)})))
+    assert held is None  # a running member holds c1: three nodes left for four members
+
+
+async def test_a_gang_whose_members_repel_claims_room_for_one_member_per_node() -> None:
+    """Each rack has one free node: enough for the two 4-GPU members packed, one short apart. The
+    claim must say one member's room is still in use, not that the gang fits already."""
+    world = QueueWorld(claim_after_seconds=0, claim_on_priority=False)
+    one_node_busy_per_rack(world)
+    names = world.group("apart", 2, rack=True, gpus=4)
+    for name in names:
+        selector = {"matchLabels": dict(world.pods[name]["metadata"]["labels"])}
+        world.pods[name]["spec"]["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
+        world.cache.upsert_pod(world.pods[name])
+    assert world.filter("apart0").passing == []
+    assert world.claim is not None and world.claim.gang == "ml/apart"
+    assert world.claim.missing == 1, world.claim
+    world.check()
+    # Room for both members packed on the free node is no room for them apart: the claim is kept,
+    # not given up as unused after a minute.
+    for _ in range(3):
+        world.clock.now += 61
+        world.coordinator.queue.tick()
+    assert world.claim is not None and world.claim.gang == "ml/apart"
+    assert "ClaimUnused" not in world.actions.event_reasons("apart")
+
+
+async def test_a_gang_whose_members_repel_preempts_enough_nodes_for_one_member_each() -> None:
+    """Every node is full of low-priority pods. Packed, the two 4-GPU members need one node freed;
+    apart, two: the displacement must evict two pods of one rack, not one."""
+    world = QueueWorld(preemption=True, claim_after_seconds=0, claim_on_priority=True)
+    for name in world.names:
+        world.plain(f"low-{name}", node=name)
+    names = world.group("urgent", 2, rack=True, priority=100, gpus=4)
+    for name in names:
+        selector = {"matchLabels": dict(world.pods[name]["metadata"]["labels"])}
+        world.pods[name]["spec"]["affinity"] = {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
+        world.cache.upsert_pod(world.pods[name])
+    assert world.filter("urgent0").passing == []
+    await asyncio.sleep(0.05)
+    evicted = sorted(world.actions.evicted)
+    assert len(evicted) == 2, evicted
+    assert len({world.rack_of(name.removeprefix("low-")) for name in evicted}) == 1, evicted
