@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from extender.adapters.informer import ABSENT, Informer
+from extender.adapters.kube import ApiError
 from extender.cluster.cache import ClusterCache
+from extender.cluster.cache_events import GANG_REMOVED, CacheEvent
 from extender.cluster.object_sources import GANG_OBJECT_KINDS
 from extender.gang.effects import GangCondition
 from extender.metrics import Metrics
@@ -114,3 +116,27 @@ async def test_v1beta1_is_still_watched_where_v1_is_not_served(
     assert informer.served["podgroups"] == V1BETA1
     assert api.lists_of(f"/apis/{V1}/podgroups") == 0
 
+
+async def test_an_upgrade_that_stops_serving_v1beta1_moves_the_watch_to_v1_keeping_every_gang(
+    informed: Callable[..., tuple[Informer, ClusterCache]]
+) -> None:
+    """1.37 -> 1.38 without v1beta1 in the apiserver's runtime-config: the v1beta1 watch gets 404.
+    The same PodGroups are served as v1, so Quorum switches at once; it must not take the PodGroups
+    for gone (releasing every reservation, forgetting every started gang) until a later look."""
+    api = FakeApiserver()  # v1beta1 only
+    beta_path, v1_path = f"/apis/{V1BETA1}/podgroups", f"/apis/{V1}/podgroups"
+    api.lists[beta_path] = [([make_podgroup("trainer", 2)], "8")]
+    informer, cache = informed(api, absent_retry=3600.0)
+    removed: list[CacheEvent] = []
+    cache.listeners.append(lambda e: removed.append(e) if e.kind == GANG_REMOVED else None)
+    await eventually(lambda: "ml/trainer" in cache.podgroup_specs and api.watching(beta_path))
+
+    api.served = {V1: ["priorityclasses", "podgroups", "workloads"]}
+    api.lists[v1_path] = [([v1_podgroup("trainer", 2)], "20")]
+    api.break_watch(beta_path, ApiError(404, "the server could not find the requested resource"))
+    await eventually(lambda: api.watching(v1_path))
+    assert informer.served["podgroups"] == V1
+    spec = cache.gang_spec("ml/trainer")
+    assert spec is not None and spec.home is not None and spec.home.api_version == V1
+    assert removed == []
+    assert informer.status()["podgroups"] == "watching"
