@@ -153,7 +153,8 @@ class Informer:
                 version = ""  # relist
             except ApiError as exc:
                 if _not_served(declared, exc):
-                    await self._absent(declared)
+                    if not await self._moved(declared, kind):
+                        await self._absent(declared)
                     version = ""
                     continue
                 delay = await self._backoff(kind, "error", "watch failed", exc, delay)
@@ -173,6 +174,15 @@ class Informer:
         if found is None:
             await self._absent(declared)
         return found
+
+    async def _moved(self, declared: Kind, gone: Kind) -> bool:
+        """Whether a kind whose version stopped being served (an upgrade: v1beta1 dropped beside
+        v1) is served in another: then it is listed there at once, and its objects never look
+        deleted meanwhile."""
+        if declared.discover is None:
+            return False
+        found = await self._discover(declared.discover)
+        return found is not None and found.path != gone.path
 
     async def _list(self, kind: Kind) -> str:
         """List and replace the kind; objects the cache cannot take are reported, not fatal."""

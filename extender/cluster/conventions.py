@@ -4,8 +4,9 @@ Two kinds of adapter live here:
 
 * **pod conventions** say which gang a pod belongs to (a field, a label or an annotation), and some
   also carry the gang's size on the pod itself (Quorum's, Kueue's and Koordinator's annotations);
-* **object conventions** read an API object that declares gangs: the native PodGroup (v1beta1 on
-  1.37, v1alpha2 on 1.36), the v1alpha1 Workload of 1.35 (one gang per podGroup and replica key),
+* **object conventions** read an API object that declares gangs: the native PodGroup (v1 once
+  served, v1beta1 on 1.37, v1alpha2 on 1.36), the v1alpha1 Workload of 1.35 (one gang per podGroup
+  and replica key),
   and the coscheduling and Volcano PodGroup CRDs.
 
 A pod that carries several conventions belongs to the first one in ``gang_key_of_pod``'s order;
@@ -198,7 +199,8 @@ def _policy(policy: Any) -> tuple[int, bool]:
 
 
 def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangSpec:
-    """A ``scheduling.k8s.io`` PodGroup: v1beta1 (1.37) or v1alpha2 (1.36), the same shape."""
+    """A ``scheduling.k8s.io`` PodGroup: v1 (planned for 1.38, assumed to keep the shape), v1beta1
+    (1.37) or v1alpha2 (1.36), the same shape."""
     namespace, name, _, annotations = _meta(obj)
     spec = obj.get("spec") or {}
     min_count, is_gang = _policy(spec.get("schedulingPolicy"))

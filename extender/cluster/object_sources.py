@@ -61,10 +61,13 @@ def _one(read: Callable[[Mapping[str, Any], str], GangSpec]) -> Callable[[str], 
 
 
 GANG_OBJECT_KINDS = (
-    # 1.37 serves v1beta1, 1.36 v1alpha2: the same PodGroup shape.
-    GangObjectKind("podgroups", "podgroups", (f"{NATIVE_GROUP}/v1beta1", f"{NATIVE_GROUP}/v1alpha2"),
+    # 1.37 serves v1beta1, 1.36 v1alpha2: the same PodGroup shape. v1 (planned GA in 1.38) is
+    # expected to keep it, and is preferred once served: a beta beside it is on its way out.
+    GangObjectKind("podgroups", "podgroups",
+                   (f"{NATIVE_GROUP}/v1", f"{NATIVE_GROUP}/v1beta1", f"{NATIVE_GROUP}/v1alpha2"),
                    _one(spec_from_native_podgroup)),
-    # 1.35: gangs are podGroups inside the Workload itself.
+    # 1.35: gangs are podGroups inside the Workload itself. Later Workloads (v1alpha2 on) hold only
+    # templates and declare no gang, whatever their version: their PodGroups do.
     GangObjectKind("workloads", "workloads", (f"{NATIVE_GROUP}/v1alpha1",),
                    lambda _version: specs_from_workload_v1alpha1),
     GangObjectKind("coscheduling", "podgroups", (COSCHEDULING_API,), _one(spec_from_crd_podgroup)),

@@ -76,7 +76,8 @@ class Coordinator:
         self.scorer = Scorer(core, registry)
         self.provisioner = Provisioner(core, registry, self.retry.schedule_recheck, self.reporter.nofit)
         self.reactions = CacheReactions(core, registry, self.binder, self.retry, self.lifecycle,
-                                        self.provisioner, self.queue, self._verify)
+                                        self.provisioner, self.queue, self._verify,
+                                        self.reporter.members_changed)
         self._verify_each_call = config.check_invariants
         self._gates = (partial(gates.deactivated_gate, core), partial(gates.running_gate, core, registry),
                        partial(gates.already_bound_gate, core), self._reservation_gate,

@@ -20,9 +20,11 @@ from ..cluster.records import GangHome
 NORMAL = "Normal"
 WARNING = "Warning"
 
-# PodGroup condition types: the native one Quorum sets because the scheduler's own gang handling
+# PodGroup condition types: the native ones Quorum sets because the scheduler's own gang handling
 # is off in Quorum's profile, and Quorum's own.
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+# Upstream's planned live condition (KEP-6413): at least minCount members scheduled right now.
+CONDITION_SATISFIED = "PodGroupSatisfied"
 CONDITION_PODS_READY = "quorum.dev/PodsReady"
 CONDITION_RECOVERING = "quorum.dev/Recovering"
 CONDITION_DEACTIVATED = "quorum.dev/Deactivated"

@@ -43,7 +43,8 @@ class CacheReactions:
     """The gang core's side of cache events: a part the coordinator holds, given what it uses."""
 
     def __init__(self, core: Core, registry: GangRegistry, binder: Binder, retry: Retry, lifecycle: Lifecycle,
-                 provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None]) -> None:
+                 provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None],
+                 members_changed: Callable[[str], None] = lambda _key: None) -> None:
         self.core = core
         self.registry = registry
         self.cache = core.cache
@@ -53,14 +54,26 @@ class CacheReactions:
         self.provisioner = provisioner
         self.queue = queue
         self._verify = verify
+        self._members_changed = members_changed
 
     def on_cache_event(self, event: CacheEvent) -> None:
         handler = self._handlers.get(event.kind)
         if handler is not None:
             handler(self, event)
+        for key in self._counted_gangs(event):
+            self._members_changed(key)  # a lost member may change no phase (extras, or Recovering)
         self.queue.upkeep()  # what the event changed may make, move or release the claim
         if handler is not None:
             self._verify(event.kind)
+
+    def _counted_gangs(self, event: CacheEvent) -> list[str]:
+        """Gangs whose count of scheduled members the event may have moved."""
+        if event.kind in (POD_BOUND, POD_REMOVED):
+            return [event.pod.gang_key] if event.pod is not None and event.pod.gang_key else []
+        if event.kind == NODE_REMOVED:  # its members were just marked as evicted
+            return sorted({m.gang_key for m in self.cache.pods.values()
+                           if m.node_name == event.key and m.gang_key})
+        return []
 
     def _on_capacity(self, event: CacheEvent) -> None:
         self.retry.schedule_recheck()

@@ -4,8 +4,10 @@ Every phase change becomes an Event with the same reason text filter gives, on t
 or, for a gang declared by annotations, on its first member by name (one object per gang, so a
 gang of 256 does not write 256 Events per step). Repeats are aggregated by the Event recorder in
 ``adapters``. PodGroup gangs also get conditions: the native ``PodGroupInitiallyScheduled`` (set
-by Quorum because the scheduler's own gang handling is off in its profile) and Quorum's own.
-A condition is written only when its status or reason changes.
+by Quorum because the scheduler's own gang handling is off in its profile), upstream's planned
+live ``PodGroupSatisfied`` (kept up to date as members come and go, not only on phase changes: a
+running gang that loses a member above ``minCount`` changes no phase) and Quorum's own.
+A condition is written only when its status, reason or message changes.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from .effects import (
     CONDITION_INITIALLY_SCHEDULED,
     CONDITION_PODS_READY,
     CONDITION_RECOVERING,
+    CONDITION_SATISFIED,
     CONDITION_STARTED,
     NORMAL,
     WARNING,
@@ -59,6 +62,7 @@ class Reported:
 class Reporter:
     def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
+        self._registry = registry
         self._reported = registry.table(Reported)
 
     # ------------------------------------------------------------------ Events
@@ -104,8 +108,16 @@ class Reporter:
         self.gang(state, "NoFit", state.reason, NORMAL)
         self.conditions(state)
 
-    def conditions(self, state: GangState) -> None:
-        """Apply the conditions that changed (native PodGroups only; other gangs have Events)."""
+    def members_changed(self, key: str) -> None:
+        """A member of the gang was bound or lost: only the live count can have moved (the other
+        conditions follow phase changes, and their messages must not churn with every pod)."""
+        state = self._registry.gangs.get(key)
+        if state is not None:
+            self.conditions(state, only=CONDITION_SATISFIED)
+
+    def conditions(self, state: GangState, only: str = "") -> None:
+        """Apply the conditions that changed (native PodGroups only; other gangs have Events);
+        with ``only``, just that type is looked at."""
         spec = self.core.cache.gang_spec(state.key)
         home = spec.home if spec is not None else None
         if home is None or not home.conditions:
@@ -114,7 +126,7 @@ class Reporter:
         # The message counts too: a condition set while members were still arriving must not keep
         # saying so once the gang's reason is that it does not fit.
         wanted = [c for c in self._wanted(state, applied)
-                  if applied.get(c.type) != (c.status, c.reason, c.message)]
+                  if (not only or c.type == only) and applied.get(c.type) != (c.status, c.reason, c.message)]
         if not wanted:
             return
         for c in wanted:
@@ -127,7 +139,20 @@ class Reporter:
 
     def _wanted(self, state: GangState, applied: Applied) -> list[GangCondition]:
         text = state.reason or f"gang {state.key}: {state.phase}"
-        return _scheduling_conditions(state, applied, text) + _lifecycle_conditions(state, applied, text)
+        return (_scheduling_conditions(state, applied, text) + self._satisfied(state, applied)
+                + _lifecycle_conditions(state, applied, text))
+
+    def _satisfied(self, state: GangState, applied: Applied) -> list[GangCondition]:
+        """Whether ``minCount`` members are scheduled now (bound, not failed, deleted or being
+        evicted): shown from the gang's first quorum on, for as long as its PodGroup lives."""
+        if not state.started and CONDITION_SATISFIED not in applied:
+            return []
+        spec = self.core.cache.gang_spec(state.key)
+        needed = self.core.min_count(state, spec)
+        scheduled = self._registry.running_count(state.key)
+        met = scheduled >= needed
+        return [GangCondition(CONDITION_SATISFIED, met, "MinCountSatisfied" if met else "BelowMinCount",
+                              f"{scheduled} of {needed} members scheduled")]
 
 
 def _scheduling_conditions(state: GangState, applied: Applied, text: str) -> list[GangCondition]:

@@ -1,5 +1,6 @@
 """The reasons users read, from the apiserver: Quorum's ``NoFit`` Event and the PodGroup conditions
-``PodGroupInitiallyScheduled`` and ``quorum.dev/PodsReady``, with their exact reasons.
+``PodGroupInitiallyScheduled``, ``quorum.dev/PodsReady`` and the live ``PodGroupSatisfied``, with
+their exact reasons.
 
 Gangs are native PodGroups (only those carry conditions). The readiness timeout is set per gang
 with an annotation on the PodGroup; kwok keeps the members of the second gang Running but never
@@ -15,6 +16,7 @@ import pytest
 
 from .lifecycle_support import (
     create_podgroup,
+    fail_pod,
     job_pods,
     kwok_annotations,
     live_bound,
@@ -26,7 +28,9 @@ from .scenario import Scenario
 pytestmark = pytest.mark.e2e
 
 ANN_READY_TIMEOUT = "quorum.dev/pods-ready-timeout-seconds"
+ANN_RECOVERY_TIMEOUT = "quorum.dev/recovery-timeout-seconds"
 SCHEDULED = "PodGroupInitiallyScheduled"
+SATISFIED = "PodGroupSatisfied"
 PODS_READY = "quorum.dev/PodsReady"
 
 
@@ -106,4 +110,35 @@ def test_pods_ready_condition_waits_for_the_start_then_says_requeued(scenario: S
     sc.wait_for("every first member evicted by the requeue",
                 lambda: not set(first) & {p["metadata"]["name"]
                                           for p in job_pods(sc.kube, sc.ns, "starting")}, timeout=30)
+    sc.finish()
+
+
+def test_the_satisfied_condition_follows_a_running_gang_that_loses_a_member_and_replaces_it(
+        scenario: Scenario) -> None:
+    """``PodGroupSatisfied`` is live: False (``BelowMinCount``) while a running gang is a member
+    short, True (``MinCountSatisfied``) again once the Job's replacement is bound."""
+    sc, topo = scenario, scenario.topo
+    size, gpus = 3, max(1, topo.gpus_per_node // 2)
+    sc.watcher.grace = 60.0  # one member short while the Job replaces it
+    start_gang(sc, "live", size, gpus, group_annotations={ANN_RECOVERY_TIMEOUT: "120"})
+    first = sc.wait_for("the gang bound", lambda: live_bound(sc, "live", size), timeout=60)
+    whole = sc.wait_for(f"{SATISFIED} True with reason MinCountSatisfied",
+                        lambda: condition_is(sc, "live", SATISFIED, "True", "MinCountSatisfied"), timeout=15)
+    assert whole.get("message") == f"{size} of {size} members scheduled", whole
+
+    victim = sorted(first)[0]
+    fail_pod(sc.kube, sc.ns, victim)
+    failed_at = time.monotonic()
+    short = sc.wait_for(f"{SATISFIED} False with reason BelowMinCount",
+                        lambda: condition_is(sc, "live", SATISFIED, "False", "BelowMinCount"),
+                        timeout=30, interval=0.1)
+    sc.record("below_min_count_after_failure_seconds", round(time.monotonic() - failed_at, 2))
+    assert short.get("message") == f"{size - 1} of {size} members scheduled", short
+
+    again = sc.wait_for("a replacement bound", lambda: live_bound(sc, "live", size), timeout=60)
+    assert len(set(again) - set(first)) == 1, again
+    back = sc.wait_for(f"{SATISFIED} True again with reason MinCountSatisfied",
+                       lambda: condition_is(sc, "live", SATISFIED, "True", "MinCountSatisfied"), timeout=15)
+    assert back.get("message") == f"{size} of {size} members scheduled", back
+    sc.record("satisfied_again_after_failure_seconds", round(time.monotonic() - failed_at, 2))
     sc.finish()

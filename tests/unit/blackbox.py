@@ -29,6 +29,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from extender import cli
+from extender.adapters.kube import Credentials
 from extender.config import Config, GangTimings
 
 from .fake_apiserver import NODES, PODGROUPS, PODS, FakeApiserver
@@ -161,7 +162,9 @@ class _ProductionServer(TestServer):
 
 def build(api: FakeApiserver, config: Config) -> web.Application:
     """The app exactly as ``extender.cli`` builds it, with the fake Kubernetes client."""
-    with mock.patch.object(cli, "load_credentials", lambda _path: None), \
+    # No token file: the fake client is never given a rotated token.
+    credentials = Credentials("http://127.0.0.1", False, {})
+    with mock.patch.object(cli, "load_credentials", lambda _path: credentials), \
             mock.patch.object(cli, "KubeClient", lambda *_args, **_kwargs: api):
         return cli.build(config)
 
