@@ -48,6 +48,7 @@ class PodRecord:
     unschedulable: bool = False  # PodScheduled=False/Unschedulable: kube-scheduler tried and found no node
     consumes: str = ""  # the ProvisioningRequest it consumes (cluster-autoscaler leaves its room to that)
     apart: MembersApart | None = None  # how it repels its gang mates (required anti-affinity), if at all
+    rank: tuple[int, ...] = ()  # (job, completion index) of an Indexed Job's pod; () when it has none
 
     @property
     def key(self) -> str:
@@ -198,7 +199,39 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         unschedulable=_unschedulable(status),
         consumes=_consumed_request(meta.get("annotations")),
         apart=members_apart(spec, meta) if "affinity" in spec or _SPREAD in spec else None,
+        rank=pod_rank(meta),
     )
+
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# JobSet numbers its Jobs: across the whole JobSet (newer releases), else within a replicated job.
+JOBSET_INDEXES = ("jobset.sigs.k8s.io/job-global-index", "jobset.sigs.k8s.io/job-index")
+
+
+def pod_rank(meta: dict[str, Any]) -> tuple[int, ...]:
+    """Where the pod stands in its workload's rank order: (job index, completion index), the job
+    index 0 outside a JobSet; ``()`` for a pod that is not an indexed member (no rank, no order)."""
+    labels = meta.get("labels")
+    annotations = meta.get("annotations")
+    index = _index_of(labels, annotations, COMPLETION_INDEX)
+    if index < 0:
+        return ()
+    for key in JOBSET_INDEXES:
+        job = _index_of(labels, annotations, key)
+        if job >= 0:
+            return (job, index)
+    return (0, index)
+
+
+def _index_of(labels: Any, annotations: Any, key: str) -> int:
+    """A non-negative decimal index from the label, else the annotation; -1 when neither has one
+    (objects come from watches and request bodies alike: a hostile value must not raise)."""
+    for source in (labels, annotations):
+        if isinstance(source, dict):
+            value = source.get(key)
+            if isinstance(value, str) and 0 < len(value) <= 9 and value.isascii() and value.isdigit():
+                return int(value)
+    return -1
 
 
 CONSUME_ANNOTATIONS = ("autoscaling.x-k8s.io/consume-provisioning-request",

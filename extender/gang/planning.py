@@ -172,7 +172,7 @@ class Planner:
         apart = resolve_apart(pending.values(), self.level_labels, bound_nodes, self.core.cache.nodes)
         result: Placement | NoFit = NoFit("no members to place")
         for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes)):
-            members = [Member(m.uid, m.requests) for m in group]
+            members = [Member(m.uid, m.requests, m.rank) for m in group]
             if slices is not None and spec.slice_size and not bound_nodes:
                 result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
                                       spec.slice_size, apart)

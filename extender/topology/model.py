@@ -23,10 +23,14 @@ class CandidateNode:
 
 @dataclass(frozen=True, slots=True)
 class Member:
-    """One gang member (a pod uid, or ``placeholder-N`` for members not created yet)."""
+    """One gang member (a pod uid, or ``placeholder-N`` for members not created yet).
+
+    ``rank``: its place in the workload's rank order (job, completion index), ``()`` when it has none;
+    only which member takes which slot of a placement depends on it (``ranks.py``)."""
 
     key: str
     requests: Resources
+    rank: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ from .packing import (
     _tightest,
     _totals,
 )
+from .ranks import rank_assignment
 
 __all__ = [
     "CandidateNode",
@@ -272,8 +273,11 @@ def _kept_apart(
 
 
 def _placement(members: Sequence[Member], placed: _Pairs, domain: tuple[str, ...], depth: int) -> Placement:
-    """The search's pairs as a Placement, members in the order they were given."""
+    """The search's pairs as a Placement, members in the order they were given, in rank order
+    over the chosen slots."""
     by_key = {m.key: n.name for m, n in placed}
+    if any(m.rank for m in members):
+        by_key = rank_assignment(members, by_key, {n.name: n.domains for _, n in placed})
     assignment = {m.key: by_key[m.key] for m in members}
     used = {n.domains[: depth - 1] if depth > 1 else (n.name,) for _, n in placed}
     return Placement(assignment, domain, len(used))

@@ -25,6 +25,7 @@ from .apart import Apart
 from .model import CandidateNode, Member, NoFit, Placement, Resources, format_resources
 from .packing import _requests_shape, _totals
 from .placement import _dominant, place_gang
+from .ranks import rank_sorted
 
 __all__ = ["place_sliced"]
 
@@ -228,7 +229,9 @@ def _gang(
     pods = sum(max(c.pods_free, 0) for c in candidates)
     dominant = _dominant(supply, total, len(members), pods)
     unit = members[0].requests if homogeneous else None
-    slices = [list(members[i : i + slice_size]) for i in range(0, len(members), slice_size)]
+    # Homogeneous slices hold consecutive ranks (any split of identical members packs alike).
+    chunked = rank_sorted(members) if unit is not None else members
+    slices = [list(chunked[i : i + slice_size]) for i in range(0, len(members), slice_size)]
     if unit is None:  # largest first; homogeneous slices stay in order (the smaller last one last)
         slices.sort(key=lambda s: (-(_totals(s).get(dominant, 0) if dominant else len(s)), -len(s)))
     last = len(members) % slice_size
