@@ -469,6 +469,11 @@ class CoreMachine(RuleBasedStateMachine):
             state = self.coordinator.registry.gangs.get(gang)
             if state is not None and any(names.get(u) == name for u in state.evicting):
                 continue  # Quorum already evicts it (a race with the budget): tried until it is gone
+            if self.model.min_count(gang) == 0:
+                # Not a gang now (its PodGroup is basic or gone): its pods stand alone, and what was
+                # evicted meanwhile is no eviction of a gang's member.
+                self.guarded[name] = (gang, actions, len(actions.evictions))
+                continue
             if actions is self.actions and name in running:
                 evicted = [n for _, n, u, why in actions.evictions[since:]
                            if self.model.gang_of(u) == gang and not why.endswith("was deleted")]
