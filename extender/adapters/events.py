@@ -38,6 +38,7 @@ ENTRY_TTL_SECONDS = 600.0  # an Event not seen again for this long is forgotten 
 MAX_KEYS = 4096  # distinct Events remembered at once (least recently seen dropped first)
 RATE_PER_SECOND = 20.0  # writes (creates and series patches) per second, sustained
 BURST = 100
+CREATE_TRIES = 3  # a create that did not reach the apiserver is tried again, this often in all
 NOTE_LIMIT_BYTES = 1024  # events.k8s.io/v1 validation: note is at most 1 kB
 FIELD_LIMIT = 128  # action, reason, reportingInstance
 _TICK_SECONDS = 1.0  # how often the flusher looks for series counts that are due
@@ -93,6 +94,7 @@ class _Series:
     sent_count: int = 1  # occurrences the apiserver knows of
     created: bool = False
     last_sent: float = 0.0  # recorder clock of the last write
+    tries: int = 0  # creates attempted
 
 
 class EventRecorder:
@@ -242,10 +244,15 @@ class EventRecorder:
 
     async def _create(self, series: _Series) -> None:
         path = f"/apis/events.k8s.io/v1/namespaces/{series.namespace}/events"
+        series.tries += 1
         status = await self._write(series, "POST", path, orjson.dumps(series.body), "application/json")
-        if status in (200, 201):
+        if status in (200, 201) or (status == 409 and series.tries > 1):  # 409: the first try got there
             series.created, series.last_sent = True, self._clock()
             self._count("created")
+        elif status == 0 and series.tries < CREATE_TRIES:
+            # It did not reach the apiserver (a kept-alive connection the server had just closed):
+            # the Event has an explicit name, so trying again cannot write it twice.
+            self._pending.append(series)
         else:
             self._forget(series)  # the next occurrence tries a new Event
             self._count("failed")

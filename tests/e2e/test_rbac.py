@@ -172,11 +172,16 @@ def test_quorum_asked_only_for_what_it_is_granted_and_was_never_refused(scenario
     starts = apiserver_starts()
     refused = [e for e in events if (e.get("responseStatus") or {}).get("code") == 403]
     transient = [e for e in refused if as_grant(e) in rules and just_started(e, starts)]
-    forbidden = sorted({as_grant(e) for e in refused if e not in transient})
+    # Admission, not RBAC, refuses new objects in a namespace being deleted (a test's cleanup while
+    # Quorum still reports on its gangs there): a granted write, refused for another reason.
+    terminating = [e for e in refused if as_grant(e) in rules and "being terminated" in
+                   str((e.get("responseStatus") or {}).get("message"))]
+    forbidden = sorted({as_grant(e) for e in refused if e not in transient and e not in terminating})
     assert forbidden == [], f"Quorum was refused: {forbidden}"
     assert used - rules == set(), f"used but not granted: {sorted(used - rules)}"
     scenario.record("audit", {"requests": len(events),
                               "refused_just_after_an_apiserver_start": len(transient),
+                              "refused_in_a_terminating_namespace": len(terminating),
                               "used": sorted("/".join(g) for g in used),
                               "granted_not_used_in_this_run": sorted("/".join(g) for g in rules - used)})
     scenario.finish()

@@ -192,3 +192,35 @@ async def test_close_stops_the_flusher_and_sends_what_is_queued(kube: KubeWorld)
     assert len(kube.api.to("POST", EVENTS)) == 1
 
 
+
+
+async def test_a_create_that_did_not_reach_the_apiserver_is_tried_again() -> None:
+    """A kept-alive connection the apiserver had just closed loses the request: one Evicted Event of
+    four went missing that way. The Event has its own name, so it is sent again, never twice."""
+    sent: list[str] = []
+    outcomes = [ConnectionResetError("Connection reset by peer"), (201, b"{}")]
+
+    async def send(method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        sent.append(method)
+        outcome = outcomes.pop(0) if outcomes else (201, b"{}")
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    events = EventRecorder(send, instance="test-host")
+    events.record(POD, WARNING, "Evicted", "Evicted", "readiness timeout")
+    await events.flush()
+    assert sent == ["POST", "POST"] and (events.created, events.failed) == (1, 0)
+
+
+async def test_a_create_that_never_gets_through_is_given_up_after_a_few_tries() -> None:
+    sent: list[str] = []
+
+    async def send(method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
+        sent.append(method)
+        raise ConnectionResetError("Connection reset by peer")
+
+    events = EventRecorder(send, instance="test-host")
+    events.record(POD, WARNING, "Evicted", "Evicted", "readiness timeout")
+    await events.flush()
+    assert len(sent) == 3 and (events.created, events.failed) == (0, 1)
