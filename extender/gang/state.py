@@ -55,7 +55,9 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     # already held), miss its readiness deadline (requeue: Backoff), or run out of requeues.
     P.BOUND: frozenset({P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED, P.RECOVERING, P.BINDING,
                         P.BACKOFF, P.MISCONFIGURED, P.DEACTIVATED}),
-    P.RECOVERING: frozenset({P.BOUND, P.BINDING, P.BACKOFF, P.WAITING_FOR_MEMBERS, P.PENDING,
+    # Reserved: a replacement was reserved, then a member succeeded; a finishing gang is not
+    # recovered, so what is left is a gang below minCount with a reservation.
+    P.RECOVERING: frozenset({P.BOUND, P.BINDING, P.BACKOFF, P.WAITING_FOR_MEMBERS, P.PENDING, P.RESERVED,
                              P.MISCONFIGURED, P.DEACTIVATED}),
     # A recovering gang whose replacements missed the bind timeout recovers on after its backoff.
     P.BACKOFF: frozenset({P.PENDING, P.WAITING_FOR_MEMBERS, P.BOUND, P.RECOVERING, P.MISCONFIGURED,

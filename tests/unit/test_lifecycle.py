@@ -377,3 +377,19 @@ async def test_a_ready_gang_whose_node_goes_not_ready_recovers_or_is_requeued_wh
     await asyncio.sleep(0.15)
     assert sorted(world.actions.evicted) == sorted(names)
     assert world.coordinator.phase_of("ml/g") == "Backoff"
+
+
+async def test_a_recovering_gang_whose_member_succeeds_keeps_its_replacements_reservation() -> None:
+    """Found by the devices' stateful test at 10,000 examples: a recovering gang reserved a
+    replacement, then another member succeeded. A finishing gang is not recovered, so the facts
+    said Reserved, a move from Recovering the state machine did not allow (strict: it raised)."""
+    world = lifecycle_world(recovery_timeout_seconds=30)
+    names = group_gang(world, "g", 2)
+    await schedule(world, names)
+    deliver(world, ready(world.pods["g0"], phase="Failed", is_ready=False))
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    replacement = group_gang(world, "g", 1, start=2)
+    assert world.filter(replacement[0]).passing  # reserved for the replacement
+    deliver(world, ready(world.pods["g1"], phase="Succeeded", is_ready=False))
+    assert world.coordinator.phase_of("ml/g") == "Reserved"
+    assert world.coordinator.check_invariants() == []
