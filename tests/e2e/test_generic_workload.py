@@ -6,6 +6,9 @@ prioritize are called inside that cycle once per member. Every other module runs
 the gate off. Here the suite's own kube-scheduler is restarted with ``GenericWorkload=true`` for this
 module (its profile keeps the native gang plugins disabled, as shipped) and put back afterwards.
 
+Native PodGroups carry their members' PriorityClass: with the gate on, kube-scheduler refuses to
+schedule a group whose pods' priority differs from the group's.
+
 The gate is read back from kube-scheduler's ``/metrics`` (``kubernetes_feature_enabled``), and the
 native-PodGroup scenarios must move its pod-group queue counter, so the module cannot pass with the
 gate silently off or with the group cycle never reached.
@@ -30,6 +33,9 @@ from .test_all_or_nothing import (
 )
 from .test_lifecycle import (
     test_a_failed_member_is_replaced_in_the_gangs_rack_and_the_gang_recovers as failed_member_replaced,
+)
+from .test_preemption import (
+    test_a_high_priority_gang_evicts_the_lower_of_two_gangs_whole_and_binds as high_evicts_lower,
 )
 from .test_queue import (
     test_the_higher_priority_gang_binds_first_when_capacity_frees_for_one as priority_first,
@@ -149,3 +155,10 @@ def test_native_gang_that_does_not_fit_with_the_gate_on(group_cycle: None, scena
 
 def test_native_gang_failed_member_replaced_with_the_gate_on(group_cycle: None, scenario: Scenario) -> None:
     failed_member_replaced(scenario)
+
+
+def test_native_gang_preempts_a_lower_gang_whole_with_the_gate_on(group_cycle: None, scenario: Scenario,
+                                                                   priorities: dict[str, int]) -> None:
+    """The PodGroups carry their members' PriorityClass: kube-scheduler's group cycle refuses a group
+    whose pods' priority differs from the group's (``start_gang`` sets both)."""
+    high_evicts_lower(scenario, priorities)
