@@ -285,9 +285,13 @@ def with_priority(manifests: list[dict[str, Any]], priority_class: str) -> list[
 
 # ------------------------------------------------------------------------------ Job-run gangs
 def create_podgroup(kube: Kube, namespace: str, name: str, min_count: int, *, rack_label: str | None,
-                    annotations: Mapping[str, str]) -> None:
+                    annotations: Mapping[str, str], priority_class: str | None = None) -> None:
+    """``priority_class`` must be the members' too: with ``GenericWorkload`` on, kube-scheduler
+    refuses to schedule a group whose pods' priority differs from the group's."""
     group, version, plural = PODGROUP_API
     spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
     if rack_label:
         spec["schedulingConstraints"] = {"topology": [{"key": rack_label}]}
     body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
@@ -307,7 +311,7 @@ def start_gang(sc: Scenario, name: str, size: int, gpus: int, *, rack: bool = Fa
     ``priority_class`` names the pods' PriorityClass (admission turns it into their priority).
     """
     create_podgroup(sc.kube, sc.ns, name, size, rack_label=sc.settings.rack_label if rack else None,
-                    annotations=group_annotations or {})
+                    annotations=group_annotations or {}, priority_class=priority_class)
     job = job_manifest(sc.settings, name, size, gpus=gpus, pod_group=name, annotations=pod_annotations,
                        backoff_limit_per_index=50, ignore_disruptions=failure_policy)
     if priority_class:

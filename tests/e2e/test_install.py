@@ -127,6 +127,19 @@ def test_rendered_configurations_load_and_agree() -> None:
     assert dashboard == json.loads((CHART / "dashboards" / "quorum.json").read_text())
 
 
+def test_scheduler_feature_gates_follow_the_value() -> None:
+    """The default keeps kube-scheduler's group cycle off; 1.38 users set the gate on, or pass none."""
+    def gates(values: list[str]) -> list[str]:
+        (deployment,) = [d for d in render(values) if d["kind"] == "Deployment"]
+        (scheduler,) = [c for c in deployment["spec"]["template"]["spec"]["containers"]
+                        if c["name"] == "kube-scheduler"]
+        return [arg for arg in scheduler["command"] if arg.startswith("--feature-gates")]
+
+    assert gates([]) == ["--feature-gates=GenericWorkload=false"]
+    assert gates(["scheduler.featureGates=GenericWorkload=true"]) == ["--feature-gates=GenericWorkload=true"]
+    assert gates(["scheduler.featureGates="]) == []
+
+
 def test_rendered_extras_need_crds_this_cluster_lacks() -> None:
     kinds = {d["kind"] for d in render(VALUE_SETS["crds"])}
     assert {"ServiceMonitor", "Certificate", "PodDisruptionBudget", "ValidatingAdmissionPolicy"} <= kinds
