@@ -42,7 +42,7 @@ def test_every_phase_has_a_row_and_never_lists_itself() -> None:
     (Phase.PENDING, Phase.BINDING),  # binding without a reservation
     (Phase.WAITING_FOR_MEMBERS, Phase.RECOVERING),  # recovering a gang that never ran
     (Phase.DEACTIVATED, Phase.RESERVED),  # placing a gang past its requeue limit
-    (Phase.RECOVERING, Phase.RESERVED),  # replacements are reserved inside Recovering
+    (Phase.BACKOFF, Phase.BINDING),  # binding during a backoff
 ])
 def test_illegal_moves_raise_in_strict_mode_and_are_counted_otherwise(source: Phase, target: Phase) -> None:
     moves: list[tuple[Phase, Phase]] = []
