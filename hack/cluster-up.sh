@@ -63,7 +63,8 @@ READY_TIMEOUT="${READY_TIMEOUT:-120}"
 #         TopologyAwareWorkloadScheduling the apiserver silently drops a PodGroup's
 #         schedulingConstraints (its required topology).
 #   1.37+ scheduling.k8s.io/v1beta1; GangScheduling was folded into GenericWorkload (and no
-#         longer exists: naming it is an error).
+#         longer exists: naming it is an error). Without PodGroupPreemptionPolicy (alpha) the
+#         apiserver silently drops a PodGroup's spec.preemptionPolicy.
 [[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "K8S_VERSION must look like v1.<minor>.<patch>, got '$K8S_VERSION'"
 K8S_MINOR="${BASH_REMATCH[1]}"
 case "$K8S_MINOR" in
@@ -78,7 +79,7 @@ case "$K8S_MINOR" in
   *)
     ((K8S_MINOR >= 37)) || die "Kubernetes $K8S_VERSION has no Workload API; use 1.35 or newer"
     default_workload_api=scheduling.k8s.io/v1beta1
-    APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true,PodGroupPreemptionPolicy=true"
     SCHEDULER_GATES="GenericWorkload=false" ;;
 esac
 WORKLOAD_API="${WORKLOAD_API:-$default_workload_api}"

@@ -28,7 +28,7 @@ from .gang_sources import (
     lifecycle_overrides,
     spec_from_annotations,
 )
-from .records import GangHome, GangSpec, int32
+from .records import DisruptionMode, GangHome, GangSpec, PreemptionPolicy, int32
 from .resources import QuantityError, parse_resource_list
 
 # --- pod conventions -------------------------------------------------------------------------
@@ -198,6 +198,22 @@ def _policy(policy: Any) -> tuple[int, bool]:
     return int32(count), True
 
 
+def _disruption(raw: Any) -> DisruptionMode:
+    """A native ``spec.disruptionMode``: the v1beta1 union ``{single: {}}`` / ``{all: {}}``, or the
+    1.36 string ``Pod`` / ``PodGroup``. Absent (1.37's apiserver always fills ``single`` in, so only
+    older objects lack it) is whole-gang, as Quorum has always evicted gangs."""
+    if isinstance(raw, Mapping):
+        return DisruptionMode.SINGLE if raw.get("single") is not None and raw.get("all") is None \
+            else DisruptionMode.ALL
+    return DisruptionMode.SINGLE if raw == "Pod" else DisruptionMode.ALL
+
+
+def _preemption_policy(raw: Any) -> PreemptionPolicy:
+    """A native ``spec.preemptionPolicy`` (alpha gate ``PodGroupPreemptionPolicy``); absent preempts."""
+    never = raw == PreemptionPolicy.NEVER.value
+    return PreemptionPolicy.NEVER if never else PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+
+
 def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangSpec:
     """A ``scheduling.k8s.io`` PodGroup: v1 (planned for 1.38, assumed to keep the shape), v1beta1
     (1.37) or v1alpha2 (1.36), the same shape."""
@@ -210,6 +226,8 @@ def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangS
         **lifecycle_overrides(annotations), **bookkeeping(annotations),
         key=f"{namespace}/{name}", min_count=min_count if is_gang else 1, is_gang=is_gang,
         required_topology=required or None, priority=int32(spec.get("priority")),
+        disruption=_disruption(spec.get("disruptionMode")),
+        preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
         source=f"{api_version} PodGroup",
         home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, conditions=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from ..topology.apart import MembersApart
@@ -96,6 +97,20 @@ class GangHome:
         return f"/apis/{self.api_version}/namespaces/{self.namespace}/{self.plural}/{self.name}"
 
 
+class DisruptionMode(Enum):
+    """How a gang's running members may be disrupted (a native PodGroup's ``spec.disruptionMode``)."""
+
+    ALL = "All"  # the gang goes whole or not at all (every other gang convention, and the default)
+    SINGLE = "Single"  # member by member: the owner accepts a gang left below its quorum
+
+
+class PreemptionPolicy(Enum):
+    """Whether a gang may displace lower-priority work (a native PodGroup's ``spec.preemptionPolicy``)."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
 @dataclass(frozen=True, slots=True)
 class GangSpec:
     """One gang, whatever API declared it."""
@@ -121,6 +136,8 @@ class GangSpec:
     recovery_timeout: float | None = None  # per-gang override of lifecycle.recoveryTimeoutSeconds
     replace_outside_domain: bool | None = None  # per-gang override of lifecycle.replaceOutsideDomain
     started_configmap: str = ""  # the ConfigMap Quorum writes once every member started ("" = none)
+    disruption: DisruptionMode = DisruptionMode.ALL
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
     # Quorum's own bookkeeping, kept on the PodGroup so that it survives a restart (not declared
     # by the user: a change here is not a declaration change).
     requeues: int = 0
@@ -132,7 +149,7 @@ class GangSpec:
         return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
                 self.slice_topology, self.slice_size, self.min_resources, self.bind_timeout,
                 self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain,
-                self.started_configmap)
+                self.started_configmap, self.disruption, self.preemption_policy)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:

@@ -18,7 +18,10 @@ part of a running gang, or evict work for a gang that still cannot fit. So with
 - one displacement is under way at a time; the next is planned when its victims are gone (or
   after ``preemption.victimGraceSeconds``, when a budget keeps one from going).
 
-A gang any of whose pending members says ``preemptionPolicy: Never`` displaces nothing.
+A gang whose PodGroup, or any of whose pending members, says ``preemptionPolicy: Never`` displaces
+nothing (it can still be displaced). A native PodGroup with ``disruptionMode: Single`` is no unit:
+its running members are victims one by one, like plain pods, and the gang may be left below its
+quorum, as its owner chose.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from ..cluster.records import GangSpec, PodRecord
+from ..cluster.records import DisruptionMode, GangSpec, PodRecord, PreemptionPolicy
 from ..topology.apart import resolve_apart
 from ..topology.placement import Member
 from ..topology.victims import Displacement, Unit, choose_victims
@@ -128,11 +131,13 @@ class Displacer:
 
     def _members_to_place(self, key: str, spec: GangSpec | None) -> list[Member] | None:
         """The pending members a displacement must make room for (enough for quorum), or None when
-        the gang cannot displace: not declared, nothing pending, too few, or a member that says
-        ``preemptionPolicy: Never``."""
+        the gang cannot displace: not declared, nothing pending, too few, or its PodGroup or a
+        member says ``preemptionPolicy: Never``."""
         core = self.core
         pending = sorted((m for m in core.cache.members(key) if m.pending), key=lambda m: m.name)
-        if spec is None or not pending or not all(m.preempts for m in pending):
+        if spec is None or spec.preemption_policy is PreemptionPolicy.NEVER:
+            return None
+        if not pending or not all(m.preempts for m in pending):
             return None
         needed = max(1, spec.min_count - self.registry.running_count(key))
         if len(pending) < needed:
@@ -140,8 +145,9 @@ class Displacer:
         return [Member(m.uid, m.requests) for m in pending[:needed]]
 
     def _units(self, below: int, exclude: str) -> tuple[list[Unit], dict[str, str]]:
-        """Running work of lower priority: each gang whole, each plain pod alone; and the gang of
-        each unit that is a gang (unit key -> gang key)."""
+        """Running work of lower priority: each gang whole, each plain pod alone, and each member
+        of a gang that may be disrupted member by member (``Single``) alone at its gang's priority;
+        and the gang of each unit that is a gang (unit key -> gang key)."""
         core = self.core
         gangs: dict[str, list[PodRecord]] = {}
         units: list[Unit] = []
@@ -150,10 +156,14 @@ class Displacer:
                 continue
             spec = core.cache.gang_spec(pod.gang_key) if pod.gang_key else None
             if spec is not None and spec.is_gang:
-                if pod.gang_key != exclude:
+                if pod.gang_key == exclude:
+                    continue
+                if spec.disruption is not DisruptionMode.SINGLE:
                     gangs.setdefault(spec.key, []).append(pod)
-            elif pod.priority < below:
-                units.append(Unit(f"pod {pod.key}", pod.priority, ((pod.uid, pod.node_name, pod.requests),)))
+                    continue
+            priority = self._victim_priority(pod, spec)
+            if priority < below:
+                units.append(Unit(f"pod {pod.key}", priority, ((pod.uid, pod.node_name, pod.requests),)))
         unit_gangs: dict[str, str] = {}
         now = core.clock()
         for key, members in gangs.items():
@@ -163,6 +173,10 @@ class Displacer:
                 units.append(Unit(f"gang {key}", priority,
                                   tuple((m.uid, m.node_name, m.requests) for m in members)))
         return units, unit_gangs
+
+    def _victim_priority(self, pod: PodRecord, spec: GangSpec | None) -> int:
+        """A pod victim's priority: a member of a ``Single`` gang ranks as its gang does."""
+        return self.priority_of(spec.key) if spec is not None and spec.is_gang else pod.priority
 
     def _execute(self, state: GangState, priority: int, plan: Displacement,
                  unit_gangs: dict[str, str]) -> None:

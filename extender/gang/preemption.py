@@ -7,7 +7,9 @@ its proposals are accepted only where Quorum's own whole-gang preemption (``disp
 evicts those very pods; kube-scheduler's call is also what starts that preemption, since a gang no
 node can take is never filtered by Quorum. With preemption off, such members evict nothing.
 
-For every preemptor, victims that would break a gang running at exactly its quorum are vetoed.
+For every preemptor, victims that would break a gang running at exactly its quorum are vetoed,
+unless its PodGroup says ``disruptionMode: Single`` (its owner accepts losing members one by one).
+A member of a gang whose PodGroup says ``preemptionPolicy: Never`` evicts nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster.records import PodRecord
+from ..cluster.records import DisruptionMode, PodRecord, PreemptionPolicy
 from .core import Core, runs
 from .queue import GangQueue
 from .registry import GangRegistry
@@ -56,6 +58,8 @@ def gang_aware(core: Core, registry: GangRegistry, queue: GangQueue, pod: PodRec
         # cannot be judged, so nothing is evicted for it; kube-scheduler tries again later.
         ask_again(gang)
         return _refused(core, gang, "its gang is not known yet")
+    if spec.preemption_policy is PreemptionPolicy.NEVER:
+        return _refused(core, gang, "its PodGroup says preemptionPolicy: Never")
     if not spec.is_gang or spec.problem or spec.min_count < 1 or \
             registry.running_count(gang) >= spec.min_count:
         return kept  # not a gang, or an extra member of a running gang: it preempts like any pod
@@ -108,6 +112,7 @@ def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str]) -> bool:
             taken[record.gang_key] = taken.get(record.gang_key, 0) + 1
     for gang, count in taken.items():
         spec = core.cache.gang_spec(gang)
-        if spec is not None and spec.is_gang and registry.running_count(gang) - count < spec.min_count:
+        if spec is not None and spec.is_gang and spec.disruption is not DisruptionMode.SINGLE and \
+                registry.running_count(gang) - count < spec.min_count:
             return True
     return False

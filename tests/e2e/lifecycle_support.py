@@ -285,15 +285,23 @@ def with_priority(manifests: list[dict[str, Any]], priority_class: str) -> list[
 
 # ------------------------------------------------------------------------------ Job-run gangs
 def create_podgroup(kube: Kube, namespace: str, name: str, min_count: int, *, rack_label: str | None,
-                    annotations: Mapping[str, str], priority_class: str | None = None) -> None:
-    """``priority_class`` must be the members' too: with ``GenericWorkload`` on, kube-scheduler
-    refuses to schedule a group whose pods' priority differs from the group's."""
+                    annotations: Mapping[str, str], disruption: str | None = None,
+                    priority_class: str | None = None) -> None:
+    """``disruption``: "single" or "all" (the apiserver fills in single when absent).
+    ``priority_class``: the PodGroup's own; it must be the members' too: with ``GenericWorkload``
+    on, kube-scheduler refuses a group whose pods' priority differs from the group's. Admission
+    copies its value and its preemptionPolicy, which must then also be written out (when not
+    PreemptLowerPriority, the apiserver's default)."""
     group, version, plural = PODGROUP_API
     spec: dict[str, Any] = {"schedulingPolicy": {"gang": {"minCount": min_count}}}
-    if priority_class:
-        spec["priorityClassName"] = priority_class
     if rack_label:
         spec["schedulingConstraints"] = {"topology": [{"key": rack_label}]}
+    if disruption:
+        spec["disruptionMode"] = {disruption: {}}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+        if priority_class == HIGH_NEVER:
+            spec["preemptionPolicy"] = "Never"
     body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
             "spec": spec}
@@ -303,15 +311,18 @@ def create_podgroup(kube: Kube, namespace: str, name: str, min_count: int, *, ra
 def start_gang(sc: Scenario, name: str, size: int, gpus: int, *, rack: bool = False,
                group_annotations: Mapping[str, str] | None = None,
                pod_annotations: Mapping[str, str] | None = None,
-               failure_policy: bool = True, priority_class: str | None = None) -> None:
+               failure_policy: bool = True, priority_class: str | None = None,
+               disruption: str | None = None, group_priority_class: str | None = None) -> None:
     """A PodGroup gang of ``size`` members, run by an Indexed Job of the same name.
 
     With ``failure_policy`` the Job ignores evictions (DisruptionTarget) in its failure count, but
     then replaces a pod only once it is Failed; without it, as soon as it is being deleted.
-    ``priority_class`` names the pods' PriorityClass (admission turns it into their priority).
+    ``priority_class`` names the pods' PriorityClass (admission turns it into their priority);
+    ``disruption`` and ``group_priority_class`` go to the PodGroup (``create_podgroup``).
     """
     create_podgroup(sc.kube, sc.ns, name, size, rack_label=sc.settings.rack_label if rack else None,
-                    annotations=group_annotations or {}, priority_class=priority_class)
+                    annotations=group_annotations or {}, disruption=disruption,
+                    priority_class=group_priority_class or priority_class)
     job = job_manifest(sc.settings, name, size, gpus=gpus, pod_group=name, annotations=pod_annotations,
                        backoff_limit_per_index=50, ignore_disruptions=failure_policy)
     if priority_class:

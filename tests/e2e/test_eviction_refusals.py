@@ -8,7 +8,8 @@ naming the budget, is reported on its PodGroup. Once the budget is deleted, the 
 ahead: the victim gang goes whole and the preemptor binds whole in its rack.
 
 Quorum runs with ``preemption.enabled`` (tests/e2e/quorum-e2e.yaml); a victim gang a budget
-protected is spared for 30 s before it may be chosen again.
+protected is spared for 30 s before it may be chosen again. The victim's PodGroup says
+``disruptionMode: {all: {}}`` (a ``single`` one would be evicted member by member).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def test_a_budget_on_one_member_spares_the_whole_victim_gang_until_it_is_deleted
     size, gpn = len(topo.racks[racks[0]]), topo.gpus_per_node
     sc.watcher.grace = 30.0  # the victim's members go one eviction call each, once allowed
     keep = high_blockers(sc, [n for r in racks[1:] for n in topo.racks[r]])
-    start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW)
+    start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW, disruption="all")
     low = sc.wait_for("gang low bound", lambda: live_bound(sc, "low", size), timeout=60)
     (low_rack,) = {topo.rack_of(n) for n in low.values()}
     policy = protect_one_member(sc, "low", size)

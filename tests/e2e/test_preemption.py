@@ -10,7 +10,8 @@
 
 Quorum runs with the shipped default, ``preemption.enabled: true`` (tests/e2e/quorum-e2e.yaml sets
 nothing about it). Gangs are Indexed Jobs with a
-PodGroup; priorities come from PriorityClasses.
+PodGroup; priorities come from PriorityClasses. Victim PodGroups say ``disruptionMode: {all: {}}``
+(1.37's apiserver fills in ``single`` otherwise; ``test_disruption_mode.py`` covers that).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ def test_a_high_priority_gang_evicts_the_lower_of_two_gangs_whole_and_binds(
     size, gpn = len(topo.racks[racks[0]]), topo.gpus_per_node
     sc.watcher.grace = 30.0  # the victim's members go one eviction call each
     keep = high_blockers(sc, [n for r in racks[2:] for n in topo.racks[r]])
-    start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW)
-    start_gang(sc, "mid", size, gpn, rack=True, priority_class=MID)
+    start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW, disruption="all")
+    start_gang(sc, "mid", size, gpn, rack=True, priority_class=MID, disruption="all")
     low = sc.wait_for("gang low bound", lambda: live_bound(sc, "low", size), timeout=60)
     mid = sc.wait_for("gang mid bound", lambda: live_bound(sc, "mid", size), timeout=60)
     (low_rack,) = {topo.rack_of(n) for n in low.values()}

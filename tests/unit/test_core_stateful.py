@@ -78,6 +78,7 @@ class CoreMachine(RuleBasedStateMachine):
         # name -> (gang, the client, how many evictions it had made by then).
         self.guarded: dict[str, tuple[str, FakeActions, int]] = {}
         self.actions = FakeActions(self.model)
+        self.scanned: tuple[FakeActions | None, int] = (None, 0)  # evictions already looked at
         self.coordinator = self._start()
         self.answers: dict[str, str] = {}  # uid -> node its last filter passed (the scheduler assumes it)
         self.binds: dict[str, asyncio.Task[str]] = {}  # kube-scheduler's bind calls
@@ -152,12 +153,13 @@ class CoreMachine(RuleBasedStateMachine):
         self.loop.run(lambda: self.model.cache.upsert_node(obj))
 
     @rule(gang=GANG, gpus=GPUS, min_count=st.integers(1, 4), rack=st.booleans(),
-          count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]), priority=PRIORITY)
+          count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]), priority=PRIORITY,
+          single=st.booleans())
     def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool,
-                     priority: int = 0) -> None:
+                     priority: int = 0, single: bool = False) -> None:
         """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
         if gang in GROUPS and gang not in self.model.podgroups and count != "one":
-            self.podgroup_changes(gang, min_count, rack, priority)
+            self.podgroup_changes(gang, min_count, rack, priority, single)
         extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
         for _ in range(max(1, min_count + extra)):
             obj = self.model.new_pod(gang, gpus, min_count, rack, GROUPS, priority)
@@ -214,10 +216,11 @@ class CoreMachine(RuleBasedStateMachine):
             self.loop.run(lambda: self.model.put_pod(obj))
 
     @rule(group=st.sampled_from(GROUPS), min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
-          rack=st.booleans(), priority=PRIORITY)
+          rack=st.booleans(), priority=PRIORITY, single=st.booleans())
     def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool,
-                         priority: int = 0) -> None:
-        """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted."""
+                         priority: int = 0, single: bool = False) -> None:
+        """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted;
+        ``single``: its disruptionMode lets preemption take its members one by one."""
         if min_count == "gone":
             obj = self.model.podgroups.pop(group, podgroup(group, None, False))
             self.loop.run(lambda: self.model.cache.delete_podgroup(obj))
@@ -227,6 +230,8 @@ class CoreMachine(RuleBasedStateMachine):
         if isinstance(min_count, int) and 0 < len(running) < min_count:
             self.model.disturbed.add(key)  # minCount raised over members already running
         obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
+        if single:
+            obj["spec"]["disruptionMode"] = {"single": {}}
         self.model.podgroups[group] = obj
         self.loop.run(lambda: self.model.cache.upsert_podgroup(obj))
 
@@ -308,6 +313,9 @@ class CoreMachine(RuleBasedStateMachine):
             chosen_node = data.draw(st.sampled_from(sorted(kept)), label="node")
             for victim in kept[chosen_node]["Pods"]:
                 if victim["UID"] in self.model.pods:
+                    gang = self.model.gang_of(victim["UID"])
+                    if gang and self._single(gang):
+                        self.model.disturbed.add(gang)  # its owner lets it lose members one by one
                     self.loop.run(partial(self.model.drop_pod, victim["UID"]))
 
     def _bind(self, uid: str, node_name: str) -> asyncio.Task[str]:
@@ -462,7 +470,8 @@ class CoreMachine(RuleBasedStateMachine):
     @invariant()
     def budgets_keep_gangs_whole(self) -> None:
         """While a budget protects a running member, Quorum evicts no other member of its gang
-        (but those stranded on a deleted node: they are lost with it, and go without asking)."""
+        (but those stranded on a deleted node: they are lost with it, and go without asking, and
+        a ``Single`` gang's members preempted one by one, each asking its own budget)."""
         names = self._names()
         running = {name for uid, name in names.items() if uid in self._running()}
         for name, (gang, actions, since) in sorted(self.guarded.items()):
@@ -476,8 +485,25 @@ class CoreMachine(RuleBasedStateMachine):
                 continue
             if actions is self.actions and name in running:
                 evicted = [n for _, n, u, why in actions.evictions[since:]
-                           if self.model.gang_of(u) == gang and not why.endswith("was deleted")]
+                           if self.model.gang_of(u) == gang and not why.endswith("was deleted")
+                           and not (why.startswith("preempted by") and self._single(gang))]
                 assert not evicted, f"{gang}: {evicted} evicted while a budget protects {name}"
+
+    def _note_single_preemptions(self) -> None:
+        """A preemption that took a member of a ``Single`` gang left it below quorum on purpose:
+        the gang is disturbed (its owner allowed it), not broken by Quorum."""
+        actions, seen = self.scanned
+        evictions = self.actions.evictions
+        for _, _, uid, why in evictions[seen if actions is self.actions else 0:]:
+            gang = self.model.gang_of(uid)
+            if gang and why.startswith("preempted by") and self._single(gang):
+                self.model.disturbed.add(gang)
+        self.scanned = (self.actions, len(evictions))
+
+    def _single(self, gang: str) -> bool:
+        """Whether the gang's PodGroup lets preemption take its members one by one."""
+        group = self.model.podgroups.get(gang.split("/", 1)[1])
+        return group is not None and group["spec"].get("disruptionMode") == {"single": {}}
 
     def _names(self) -> dict[str, str]:
         return {uid: obj["metadata"]["name"] for uid, obj in self.model.pods.items()}
@@ -494,6 +520,7 @@ class CoreMachine(RuleBasedStateMachine):
         or interrupted binding, a bound member finished, deleted or bound by someone else, minCount
         raised over running members). The exemption ends when none of their members runs.
         """
+        self._note_single_preemptions()
         if self.open_binds() or self.model.binding:
             return
         for gang in sorted(self.model.gangs()):

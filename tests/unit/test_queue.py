@@ -52,9 +52,15 @@ class QueueWorld(World):
         return name
 
     def group(self, name: str, size: int, rack: bool = False, priority: int = 0, gpus: int = 8,
-              nodes: list[str] | None = None, never: bool = False) -> list[str]:
-        """A PodGroup gang of ``size`` pods, pending or (``nodes``) running there."""
+              nodes: list[str] | None = None, never: bool = False, mode: str | None = None,
+              group_policy: str | None = None) -> list[str]:
+        """A PodGroup gang of ``size`` pods, pending or (``nodes``) running there; ``mode`` its
+        ``disruptionMode`` ("single" / "all"), ``group_policy`` its own ``preemptionPolicy``."""
         obj = make_podgroup(name, size, topology_key=RACK_KEY if rack else None, priority=priority)
+        if mode is not None:
+            obj["spec"]["disruptionMode"] = {mode: {}}
+        if group_policy is not None:
+            obj["spec"]["preemptionPolicy"] = group_policy
         self.cache.upsert_podgroup(obj)
         names = [f"{name}{i}" for i in range(size)]
         for i, pod_name in enumerate(names):
