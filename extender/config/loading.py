@@ -151,9 +151,10 @@ def _starvation(raw: Mapping[str, Any]) -> Starvation:
 
 
 def _preemption(raw: Mapping[str, Any]) -> Preemption:
-    _check_keys(raw, {"enabled", "victimGraceSeconds"}, "preemption")
+    _check_keys(raw, {"enabled", "victimGraceSeconds", "honorDisruptionMode"}, "preemption")
     return Preemption(enabled=_flag(raw, "enabled", "preemption", True),
-                      victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0))
+                      victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0),
+                      honor_disruption_mode=_flag(raw, "honorDisruptionMode", "preemption", False))
 
 
 def _autoscaling(raw: Mapping[str, Any]) -> Autoscaling:

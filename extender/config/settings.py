@@ -69,6 +69,10 @@ class Preemption:
     enabled: bool = True
     # Victims still terminating after this long no longer hold up a new plan (a budget refused them).
     victim_grace_seconds: float = 120.0
+    # A native PodGroup saying ``disruptionMode: single`` may lose members one by one to preemption,
+    # as kube-scheduler's own group preemption does. Off: every gang is evicted whole, whatever its
+    # PodGroup says (the apiserver of 1.37 fills in ``single`` when a PodGroup names no mode).
+    honor_disruption_mode: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,6 +42,12 @@ from .state import GangState
 
 log = logging.getLogger(__name__)
 
+
+def pod_by_pod(core: Core, spec: GangSpec) -> bool:
+    """Whether the gang's members may be preempted one by one: its PodGroup says
+    ``disruptionMode: single`` and the configuration honours it (off by default: gangs go whole)."""
+    return core.config.preemption.honor_disruption_mode and spec.disruption is DisruptionMode.SINGLE
+
 PLAN_INTERVAL_SECONDS = 5.0  # a gang whose displacement found nothing is not searched again sooner
 SPARED_SECONDS = 30.0  # a victim gang whose eviction a budget refused is not chosen again sooner
 
@@ -158,7 +164,7 @@ class Displacer:
             if spec is not None and spec.is_gang:
                 if pod.gang_key == exclude:
                     continue
-                if spec.disruption is not DisruptionMode.SINGLE:
+                if not pod_by_pod(core, spec):
                     gangs.setdefault(spec.key, []).append(pod)
                     continue
             priority = self._victim_priority(pod, spec)

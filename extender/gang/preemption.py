@@ -18,8 +18,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from ..cluster.records import DisruptionMode, PodRecord, PreemptionPolicy
+from ..cluster.records import PodRecord, PreemptionPolicy
 from .core import Core, runs
+from .displacement import pod_by_pod
 from .queue import GangQueue
 from .registry import GangRegistry
 
@@ -112,7 +113,7 @@ def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str]) -> bool:
             taken[record.gang_key] = taken.get(record.gang_key, 0) + 1
     for gang, count in taken.items():
         spec = core.cache.gang_spec(gang)
-        if spec is not None and spec.is_gang and spec.disruption is not DisruptionMode.SINGLE and \
+        if spec is not None and spec.is_gang and not pod_by_pod(core, spec) and \
                 registry.running_count(gang) - count < spec.min_count:
             return True
     return False

@@ -1,9 +1,11 @@
 """A native PodGroup's ``disruptionMode`` and ``preemptionPolicy`` in Quorum's preemption (1.37).
 
-- A higher-priority gang that needs half of a rack held by a lower-priority gang: when that gang's
-  PodGroup says ``disruptionMode: {single: {}}`` (what the apiserver fills in when it is absent),
-  only as many of its members as the preemptor needs are evicted and the rest keep running below
-  the gang's quorum, as its owner chose; ``{all: {}}`` evicts it whole.
+- A higher-priority gang that needs half of a rack held by a lower-priority gang: with
+  ``preemption.honorDisruptionMode`` on and that gang's PodGroup saying ``disruptionMode:
+  {single: {}}``, only as many of its members as the preemptor needs are evicted and the rest keep
+  running below the gang's quorum, as its owner chose; ``{all: {}}`` evicts it whole, and so does
+  the shipped default whatever the PodGroup says (the apiserver fills in ``single`` when a PodGroup
+  names no mode).
 - A gang whose PodGroup says ``preemptionPolicy: Never`` (its pods do not) evicts nothing. The
   apiserver keeps that field only with the alpha gate ``PodGroupPreemptionPolicy`` (hack/cluster-up.sh
   turns it on for 1.37), and its priority admission takes it from the PodGroup's PriorityClass.
@@ -17,6 +19,7 @@ import pytest
 
 from .cluster import PODGROUP_API
 from .lifecycle_support import HIGH, HIGH_NEVER, LOW, live_bound, start_gang
+from .reconfigure import Reconfigurer
 from .scenario import Scenario
 from .test_preemption import all_running, high_blockers, quorum_event_reasons
 
@@ -33,13 +36,19 @@ def live(sc: Scenario, names: list[str]) -> list[str]:
     return sorted(n for n in names if n in pods and not pods[n]["metadata"].get("deletionTimestamp"))
 
 
-@pytest.mark.parametrize("mode", ["single", "all"])
+@pytest.mark.parametrize(("mode", "honor"), [("single", True), ("all", True), (None, False)])
 def test_a_higher_gang_evicts_as_many_members_as_the_victims_disruption_mode_allows(
-        scenario: Scenario, priorities: dict[str, int], mode: str) -> None:
+        reconfigure: Reconfigurer, scenario: Scenario, priorities: dict[str, int], mode: str | None,
+        honor: bool) -> None:
     """Every rack but one is full at the preemptor's priority; gang low (priority 100) fills the
-    last one, a whole node per member. Gang high (1000) needs half of that rack."""
+    last one, a whole node per member. Gang high (1000) needs half of that rack. Only with
+    ``preemption.honorDisruptionMode`` does ``single`` split the gang; with the shipped default a
+    PodGroup that names no mode (the apiserver fills in ``single``) goes whole."""
+    if honor:
+        reconfigure.apply({"preemption": {"honorDisruptionMode": True}})
     sc, topo = scenario, scenario.topo
     needs_a_rack_of_four(sc)
+    split = mode == "single" and honor
     racks = list(topo.racks)
     size, gpn = len(topo.racks[racks[0]]), topo.gpus_per_node
     sc.watcher.grace = 30.0  # an evicted gang's members go one eviction call each
@@ -47,8 +56,8 @@ def test_a_higher_gang_evicts_as_many_members_as_the_victims_disruption_mode_all
     start_gang(sc, "low", size, gpn, rack=True, priority_class=LOW, disruption=mode)
     low = sc.wait_for("gang low bound", lambda: live_bound(sc, "low", size), timeout=60)
     group = sc.kube.custom.get_namespaced_custom_object(*PODGROUP_API[:2], sc.ns, PODGROUP_API[2], "low")
-    assert group["spec"].get("disruptionMode") == {mode: {}}, group["spec"]
-    if mode == "single":
+    assert group["spec"].get("disruptionMode") == {mode or "single": {}}, group["spec"]
+    if split:
         sc.watcher.retire("low")  # left below its quorum on purpose: its owner allowed that
 
     half = size // 2
@@ -57,7 +66,7 @@ def test_a_higher_gang_evicts_as_many_members_as_the_victims_disruption_mode_all
     assert {topo.rack_of(n) for n in placed.values()} == {racks[0]}, placed
     time.sleep(5)  # any further eviction would show by now
     left = live(sc, list(low))
-    if mode == "single":
+    if split:
         assert len(left) == size - half, f"only {half} of gang low go: {left} still running of {sorted(low)}"
         assert not set(placed.values()) & {low[n] for n in left}, "the preemptor took the freed nodes"
         assert "Preempted" not in quorum_event_reasons(sc, "PodGroup", "low")

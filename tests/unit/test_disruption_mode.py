@@ -47,11 +47,13 @@ def test_the_preemption_policy_is_read(raw: str | None, expected: PreemptionPoli
     assert spec_from_native_podgroup(group, API).preemption_policy is expected
 
 
-def low_gang_across_two_racks(mode: str | None, priority: int = 10, group_policy: str | None = None) -> tuple[
-        QueueWorld, list[str]]:
+def low_gang_across_two_racks(mode: str | None, priority: int = 10, group_policy: str | None = None,
+                              honor: bool = True) -> tuple[QueueWorld, list[str]]:
     """Gang ml/low runs one member in each of racks b0-r0 and b0-r1 (their other node is free); the
-    b1 racks are full at the preemptor's priority. A 2 x 8-GPU rack gang needs one node freed."""
-    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    b1 racks are full at the preemptor's priority. A 2 x 8-GPU rack gang needs one node freed.
+    ``honor``: the configuration honours a PodGroup's ``disruptionMode`` (off by default)."""
+    world = QueueWorld(preemption=True, honor_disruption_mode=honor, claim_after_seconds=3600,
+                       claim_on_priority=False)
     low = world.group("low", 2, priority=priority, nodes=["b0-r0-n1", "b0-r1-n1"], mode=mode,
                       group_policy=group_policy)
     for name in world.names:
@@ -83,6 +85,19 @@ async def test_an_all_mode_gang_goes_whole(mode: str | None) -> None:
     assert "Preempted" in world.actions.event_reasons("low")
     assert world.sample("quorum_preemptions_total", kind="gang") == 1
     world.check()
+
+
+async def test_by_default_a_single_mode_gang_goes_whole_all_the_same() -> None:
+    """Unless the configuration honours it, ``single`` (what 1.37's apiserver fills in when a
+    PodGroup names no mode) does not split a gang: Quorum's promise is whole gangs."""
+    world, low = low_gang_across_two_racks("single", honor=False)
+    world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []
+    await settle()
+    assert sorted(world.actions.evicted) == sorted(low)
+    assert world.sample("quorum_preemptions_total", kind="gang") == 1
+    world.plain("urgent", priority=HIGH)
+    assert world.coordinator.preempt(typed(world.pods["urgent"])[0], proposals(world, ["low0"])) == {}
 
 
 async def test_single_mode_members_rank_at_their_podgroups_priority() -> None:

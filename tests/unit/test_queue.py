@@ -32,12 +32,14 @@ class Clock:
 class QueueWorld(World):
     """2 blocks x 2 racks x 2 nodes of 8 GPUs, a hand-moved clock and the given starvation settings."""
 
-    def __init__(self, preemption: bool = False, **starvation: Any) -> None:
+    def __init__(self, preemption: bool = False, honor_disruption_mode: bool = False,
+                 **starvation: Any) -> None:
         self.clock = Clock()
         super().__init__(clock=self.clock)
         self.cache.listeners.clear()
         config = replace(Config(), starvation=Starvation(**starvation),
-                         preemption=Preemption(enabled=preemption))
+                         preemption=Preemption(enabled=preemption,
+                                               honor_disruption_mode=honor_disruption_mode))
         self.metrics = Metrics()
         self.coordinator = Coordinator(config, self.cache, self.actions, self.metrics, clock=self.clock,
                                        strict=True)
