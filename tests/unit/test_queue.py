@@ -16,6 +16,7 @@ from extender.topology.placement import Member
 
 from .fixtures import World, gang_pod, make_podgroup, schedule
 from .payloads import bound, make_pod
+from .test_coordinator_apart import one_per_host
 
 RACK_KEY = "topology.quorum.dev/rack"
 GPU = "nvidia.com/gpu"
@@ -437,11 +438,7 @@ async def test_a_gang_whose_members_repel_claims_room_for_one_member_per_node() 
     one_node_busy_per_rack(world)
     names = world.group("apart", 2, rack=True, gpus=4)
     for name in names:
-        selector = {"matchLabels": dict(world.pods[name]["metadata"]["labels"])}
-        world.pods[name]["spec"]["affinity"] = {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
-        world.cache.upsert_pod(world.pods[name])
+        world.cache.upsert_pod(one_per_host(world.pods[name]))
     assert world.filter("apart0").passing == []
     assert world.claim is not None and world.claim.gang == "ml/apart"
     assert world.claim.missing == 1, world.claim
@@ -463,11 +460,7 @@ async def test_a_gang_whose_members_repel_preempts_enough_nodes_for_one_member_e
         world.plain(f"low-{name}", node=name)
     names = world.group("urgent", 2, rack=True, priority=100, gpus=4)
     for name in names:
-        selector = {"matchLabels": dict(world.pods[name]["metadata"]["labels"])}
-        world.pods[name]["spec"]["affinity"] = {"podAntiAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": selector, "topologyKey": "kubernetes.io/hostname"}]}}
-        world.cache.upsert_pod(world.pods[name])
+        world.cache.upsert_pod(one_per_host(world.pods[name]))
     assert world.filter("urgent0").passing == []
     await asyncio.sleep(0.05)
     evicted = sorted(world.actions.evicted)
