@@ -5,7 +5,8 @@
 #   3. the end-to-end suite against a local cluster (real etcd, kube-apiserver,
 #      kube-controller-manager, kube-scheduler and kwok nodes) whose scheduler
 #      calls Quorum, and the install checks of the Helm chart and the kustomize
-#      manifests against it, on the default Kubernetes version (K8S_VERSION),
+#      manifests against it, and the images built from the Dockerfile run against it (podman),
+#      on the default Kubernetes version (K8S_VERSION),
 #   4. the API-version suite (tests marked api_suite) on every other version of
 #      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own.
 # Every cluster is started with the CRDs of tests/e2e/crds and stopped afterwards.
@@ -44,6 +45,9 @@ read -ra versions <<<"$K8S_VERSIONS"
 step "building (or reusing) helm"
 QUORUM_HELM="$(bash hack/build-helm.sh)"   # the install tests lint and render charts/quorum with it
 export QUORUM_HELM
+
+step "building (or reusing) the images: quorum:dev and kube-scheduler $K8S_VERSION (podman)"
+K8S_VERSION="$K8S_VERSION" bash hack/build-images.sh --sizes   # tests/e2e/test_image.py runs them
 
 trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true' EXIT
 summary=()
