@@ -56,6 +56,13 @@ class Credentials:
     token_file: str | None = None  # in cluster: the ServiceAccount token, which the kubelet rotates
 
 
+def bearer(token: str) -> str:
+    """The Authorization header for ``token``, which the kubeconfig loader hands over bare or with
+    a scheme, and the in-cluster loader as ``bearer <token>`` (lower case)."""
+    scheme, _, rest = token.partition(" ")
+    return f"Bearer {rest.strip() if rest and scheme.lower() == 'bearer' else token.strip()}"
+
+
 def load_credentials(kubeconfig: str) -> Credentials:
     """Resolve the API endpoint and auth (blocking file reads: call before serving or in a thread)."""
     from kubernetes import client, config
@@ -71,8 +78,7 @@ def load_credentials(kubeconfig: str) -> Credentials:
     headers = {"Accept": "application/json", "User-Agent": "quorum-extender"}
     token = configuration.api_key.get("authorization") or configuration.api_key.get("BearerToken")
     if token:
-        prefix = configuration.api_key_prefix.get("authorization", "")
-        headers["Authorization"] = token if token.startswith("Bearer ") else f"{prefix or 'Bearer'} {token}"
+        headers["Authorization"] = bearer(token)
     context: ssl.SSLContext | bool = False
     if configuration.host.startswith("https"):
         if configuration.verify_ssl:
