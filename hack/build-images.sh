@@ -2,6 +2,7 @@
 # Build the images users install, here, with podman and runc:
 #   quorum:dev                            from the unchanged Dockerfile
 #   registry.k8s.io/kube-scheduler:<ver>  from the locally built kube-scheduler (hack/build-binaries.sh)
+#   localhost/quorum-standin/pause:1      the real node's pod sandbox: a static busybox that sleeps
 # No container registry can be reached from the test machines, so the Dockerfile's FROM image
 # (docker.io/library/python:3.11-slim) is a local stand-in: a Debian bookworm root filesystem with
 # Python 3.11 made by mmdebstrap from Debian's packages and imported under that name. The same
@@ -24,6 +25,7 @@ IMAGES="$CACHE/images"
 STANDIN=docker.io/library/python:3.11-slim
 STANDIN_BASE=localhost/quorum-standin/debian-python:bookworm
 SCHEDULER="registry.k8s.io/kube-scheduler:$K8S_VERSION"
+PAUSE_IMAGE=localhost/quorum-standin/pause:1   # the same name as hack/lib/cluster-common.sh's
 log() { printf '[build-images] %s\n' "$*" >&2; }
 
 ensure_podman
@@ -65,6 +67,18 @@ if ! podman_cmd image exists "$SCHEDULER"; then
 fi
 
 podman_cmd image prune --force >/dev/null   # the builder stages' dangling layers
+
+# The pod sandbox image of the real node's containerd (hack/lib/real-node.sh): a static busybox that
+# sleeps, standing in for registry.k8s.io/pause.
+if ! podman_cmd image exists "$PAUSE_IMAGE"; then
+  [[ -x /bin/busybox ]] || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq busybox-static >/dev/null; }
+  ctx="$(mktemp -d)"
+  cp /bin/busybox "$ctx/busybox"
+  printf 'FROM scratch\nCOPY busybox /busybox\nUSER 65535:65535\nENTRYPOINT ["/busybox", "sleep", "2147483647"]\n' >"$ctx/Containerfile"
+  podman_cmd build --quiet -t "$PAUSE_IMAGE" "$ctx" >/dev/null
+  rm -rf "$ctx"
+  log "built the pod sandbox stand-in $PAUSE_IMAGE"
+fi
 
 if [[ "${1:-}" == --sizes ]]; then
   podman_cmd images --format '{{.Repository}}:{{.Tag}} {{.Size}}' \

@@ -20,6 +20,11 @@
 #                                    group per rack of the same topology, min 0, max
 #                                    AUTOSCALER_MAX [4] nodes (hack/autoscaler-up.sh); combine with
 #                                    --nodes 0 for a cluster that starts without GPU nodes
+#   --no-scheduler                   start neither the "quorum" kube-scheduler nor Quorum: a cluster
+#                                    for installing them (tests/e2e/test_helm_install.py)
+#   --real-node                      also run one real node: a kubelet with containerd and runc,
+#                                    tainted for system pods (hack/lib/real-node.sh); the apiserver
+#                                    then listens on every address (pods reach it on their bridge)
 #   --manifests DIR                  apply every DIR/*.yaml once the apiserver is ready, before
 #                                    Quorum starts (same as EXTRA_MANIFESTS=DIR); files that
 #                                    define CustomResourceDefinitions go first and are waited on
@@ -49,6 +54,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 AUTOSCALER="${AUTOSCALER:-0}"
+REAL_NODE_UP="${REAL_NODE_UP:-0}"
+SCHEDULER_OFF="${SCHEDULER_OFF:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
 EXTRA_MANIFESTS="${EXTRA_MANIFESTS:-}"
 READY_TIMEOUT="${READY_TIMEOUT:-120}"
@@ -98,6 +105,8 @@ while (($#)); do
     --pods) NODE_PODS="$2"; shift 2 ;;
     --no-quorum) QUORUM_EXTERNAL=1; shift ;;
     --autoscaler) AUTOSCALER=1; shift ;;
+    --real-node) REAL_NODE_UP=1; shift ;;
+    --no-scheduler) SCHEDULER_OFF=1; QUORUM_EXTERNAL=1; shift ;;
     --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
@@ -132,6 +141,7 @@ mkdir -p "$PKI_DIR" "$LOG_DIR" "$PID_DIR" "$CLUSTER_DIR/etcd"
 busy=()
 for var in ETCD_PORT ETCD_PEER_PORT APISERVER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT QUORUM_PORT; do
   if [[ "$var" == QUORUM_PORT && "$QUORUM_EXTERNAL" == 1 ]]; then continue; fi
+  if [[ "$var" == SCHEDULER_PORT && "$SCHEDULER_OFF" == 1 ]]; then continue; fi
   if port_in_use "${!var}"; then busy+=("$var=${!var}"); fi
 done
 ((${#busy[@]} == 0)) || die "ports already in use by processes not started from this checkout: ${busy[*]} (stop them or override the variables)"
@@ -164,7 +174,7 @@ client_ext=$'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsag
 new_ca ca quorum-local-ca
 new_ca front-proxy-ca quorum-local-front-proxy-ca
 sign ca apiserver "/CN=kube-apiserver" \
-  $'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local'
+  $'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,IP:10.0.0.1,IP:'"$NODE_BRIDGE_IP"$',DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local'
 sign ca admin "/O=system:masters/CN=quorum-admin" "$client_ext"
 sign ca controller-manager "/CN=system:kube-controller-manager" "$client_ext"
 sign ca scheduler "/CN=system:kube-scheduler" "$client_ext"
@@ -338,9 +348,12 @@ rules:
 - level: None
 EOF
 # shellcheck disable=SC2086
+# With the real node, pods reach the apiserver on their bridge's address (hack/lib/real-node.sh).
+apiserver_bind=127.0.0.1
+[[ "$REAL_NODE_UP" == 0 ]] || apiserver_bind=0.0.0.0
 start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-  --bind-address 127.0.0.1 \
+  --bind-address "$apiserver_bind" \
   --advertise-address 127.0.0.1 \
   --secure-port "$APISERVER_PORT" \
   --tls-cert-file "$PKI_DIR/apiserver.crt" \
@@ -406,6 +419,7 @@ if ! grep -q "kubeconfig: \"$CLUSTER_DIR/scheduler.kubeconfig\"" "$SCHED_CONFIG"
   die "could not rewrite clientConnection.kubeconfig / extender urlPrefix in scheduler-config/kube-scheduler.yaml"
 fi
 
+if [[ "$SCHEDULER_OFF" == 0 ]]; then
 log "starting kube-scheduler on 127.0.0.1:$SCHEDULER_PORT (extender http://127.0.0.1:$QUORUM_PORT)"
 # shellcheck disable=SC2086
 start kube-scheduler "$BIN_DIR/kube-scheduler" \
@@ -418,6 +432,7 @@ start kube-scheduler "$BIN_DIR/kube-scheduler" \
   --feature-gates "$SCHEDULER_GATES" \
   --profiling=false \
   ${SCHEDULER_EXTRA_ARGS:-}
+fi
 
 # --- kwok and nodes -------------------------------------------------------------
 # kwok works through nodes a few at a time; a thousand nodes need more workers to turn Ready
@@ -487,7 +502,7 @@ fi
 
 # --- health ---------------------------------------------------------------------------
 wait_for kube-controller-manager "healthy (/healthz)" https_ok "$CONTROLLER_MANAGER_PORT" /healthz
-wait_for kube-scheduler "healthy (/healthz)" https_ok "$SCHEDULER_PORT" /healthz
+[[ "$SCHEDULER_OFF" == 1 ]] || wait_for kube-scheduler "healthy (/healthz)" https_ok "$SCHEDULER_PORT" /healthz
 # One list per poll (not one wait per node), and more time for more nodes: about 0.1 s a node
 # on 2 cores while everything else is starting too.
 if ((node_count > 0)); then
@@ -499,6 +514,11 @@ if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
 fi
 if [[ "$AUTOSCALER" == 1 ]]; then
   "$ROOT/hack/autoscaler-up.sh"
+fi
+if [[ "$REAL_NODE_UP" == 1 ]]; then
+  # shellcheck source=hack/lib/real-node.sh
+  source "$ROOT/hack/lib/real-node.sh"
+  real_node_up
 fi
 
 cat >"$CLUSTER_DIR/env" <<EOF

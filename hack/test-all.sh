@@ -8,7 +8,9 @@
 #      manifests against it, and the images built from the Dockerfile run against it (podman),
 #      on the default Kubernetes version (K8S_VERSION),
 #   4. the API-version suite (tests marked api_suite) on every other version of
-#      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own.
+#      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own,
+#   5. the autoscaler suite, and the install suite (the chart and the manifests installed on a
+#      cluster with one real node), each on a cluster of its own.
 # Every cluster is started with the CRDs of tests/e2e/crds and stopped afterwards.
 # A failing or empty (pytest exit code 5) test run fails the script, with the exit
 # code of the first one that failed; the other versions still run, and a summary
@@ -110,6 +112,13 @@ done
 # nodes, no GPU node at the start (tests/e2e/test_autoscaler.py).
 rc=0
 AUTOSCALER_MAX=6 AUTOSCALER_BOOTING=1 e2e_on "$K8S_VERSION" "autoscaler suite" autoscaler --autoscaler --nodes 0 --blocks 1 --racks 2 \
+  || rc=$?
+((first_rc != 0)) || first_rc=$rc
+
+# Quorum installed as users install it: the Helm chart and the kustomize manifests on a cluster with
+# one real node (kubelet + containerd) and no process-started scheduler (tests/e2e/test_helm_install.py).
+rc=0
+e2e_on "$K8S_VERSION" "install suite" install --real-node --no-scheduler --blocks 1 --racks 2 --nodes 4 \
   || rc=$?
 ((first_rc != 0)) || first_rc=$rc
 

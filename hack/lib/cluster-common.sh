@@ -62,6 +62,7 @@ stop_component() {
 
 stop_all() {
   local i
+  node_cleanup
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop_component "${COMPONENTS[i]}"
   done
@@ -70,4 +71,46 @@ stop_all() {
 # port_in_use PORT succeeds if something accepts connections on 127.0.0.1:PORT.
 port_in_use() {
   (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
+# --- the real node (cluster-up --real-node; hack/lib/real-node.sh) ------------------------------
+REAL_NODE="${REAL_NODE_NAME:-quorum-real-node}"
+NODE_STATE="$QUORUM_CACHE/node-state"   # containerd's and the kubelet's state: holds mounts while up
+NODE_SOCKET="$NODE_STATE/run/containerd.sock"
+NODE_BRIDGE=qnode0
+NODE_POD_CIDR="${NODE_POD_CIDR:-10.244.0.0/24}"
+NODE_BRIDGE_IP="${NODE_POD_CIDR%.*}.1"
+PAUSE_IMAGE=localhost/quorum-standin/pause:1
+KUBELET_PORT="${KUBELET_PORT:-10350}"
+KUBELET_HEALTHZ_PORT="${KUBELET_HEALTHZ_PORT:-10348}"
+DEFAULT_SCHEDULER_PORT="${DEFAULT_SCHEDULER_PORT:-17261}"
+
+# node_cleanup stops the kubelet, kills the containers it started, stops containerd and removes
+# what they leave behind on the host: mounts, network namespaces, the bridge, the state directory.
+node_cleanup() {
+  local task mnt ns
+  stop_component default-scheduler
+  stop_component kubelet
+  if [[ -S "$NODE_SOCKET" ]] && pid_of containerd >/dev/null; then
+    for task in $(ctr -a "$NODE_SOCKET" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$NODE_SOCKET" -n k8s.io tasks kill -a -s SIGKILL "$task" >/dev/null 2>&1 || true
+    done
+    sleep 1
+    for task in $(ctr -a "$NODE_SOCKET" -n k8s.io tasks ls -q 2>/dev/null); do
+      ctr -a "$NODE_SOCKET" -n k8s.io tasks delete -f "$task" >/dev/null 2>&1 || true
+    done
+  fi
+  stop_component containerd
+  pkill -KILL -f "containerd-shim.*-address $NODE_SOCKET" 2>/dev/null || true
+  [[ -d "$NODE_STATE" ]] || return 0
+  for ns in $(ip netns list 2>/dev/null | awk '/^cni-/ { print $1 }'); do   # pods killed above
+    if ip netns exec "$ns" ip -4 -o addr 2>/dev/null | grep -q " ${NODE_POD_CIDR%.*}\."; then
+      ip netns delete "$ns" 2>/dev/null || true
+    fi
+  done
+  while read -r mnt; do umount -l "$mnt" 2>/dev/null || true; done \
+    < <(awk -v root="$NODE_STATE" 'index($2, root) == 1 { print $2 }' /proc/mounts | sort -r)
+  ip link delete "$NODE_BRIDGE" 2>/dev/null || true
+  rm -rf "$NODE_STATE"
+  log "removed the real node's state"
 }
