@@ -14,6 +14,7 @@ import logging
 from collections import OrderedDict
 
 from ..cluster.records import PodRecord
+from ..cluster.resources import Resources
 from ..topology.placement import fits
 from .core import Core
 from .registry import GangRegistry
@@ -22,31 +23,39 @@ from .timers import Deadline
 
 log = logging.getLogger(__name__)
 
-# Gang members filtered before the watch delivered them: enough to recognise their bind call.
-RECENT_MEMBERS_LIMIT = 10_000
+# Pods filtered before the watch delivered them, as the filter call showed them: enough to know
+# the gang and the requests of their bind call.
+RECENT_PODS_LIMIT = 10_000
 
 
 class Binder:
     def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
         self.registry = registry
-        self._recent_members: OrderedDict[str, str] = OrderedDict()  # uid -> gang key (bounded)
+        self._recent_pods: OrderedDict[str, PodRecord] = OrderedDict()  # uid -> pod at filter (bounded)
 
-    def note_member(self, uid: str, gang: str) -> None:
-        """Remember the gang of a pod seen at filter, for a bind that arrives before the watch."""
-        if uid and uid not in self.core.cache.pods:
-            self._recent_members[uid] = gang
-            self._recent_members.move_to_end(uid)
-            while len(self._recent_members) > RECENT_MEMBERS_LIMIT:
-                self._recent_members.popitem(last=False)
+    def note_pod(self, pod: PodRecord) -> None:
+        """Remember a pod seen at filter before the watch delivered it: its bind may come first, and
+        its requests must count on the node from the bind on (a plain pod's as much as a member's)."""
+        if pod.uid and pod.uid not in self.core.cache.pods:
+            self._recent_pods[pod.uid] = pod
+            self._recent_pods.move_to_end(pod.uid)
+            while len(self._recent_pods) > RECENT_PODS_LIMIT:
+                self._recent_pods.popitem(last=False)
 
     def forget_member(self, uid: str) -> None:
-        self._recent_members.pop(uid, None)
+        self._recent_pods.pop(uid, None)
 
     def gang_of(self, uid: str, record: PodRecord | None) -> str | None:
         if record is not None:
             return record.gang_key
-        return self._recent_members.get(uid)
+        recent = self._recent_pods.get(uid)
+        return recent.gang_key if recent is not None else None
+
+    def requests_of(self, uid: str, record: PodRecord | None) -> Resources:
+        """What the pod asks for: the watch's view, else the filter call's, else nothing known."""
+        known = record or self._recent_pods.get(uid)
+        return known.requests if known is not None else {}
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
         """Answer one bind call: "" on success, else the error text for kube-scheduler."""
@@ -66,7 +75,7 @@ class Binder:
         reservation = core.ledger.reserved_node(uid) if uid else None
         if reservation is None:
             refusal = self._refusal_without_reservation(namespace, name, uid, record) or \
-                self._refusal_on_reserved_capacity(node, record)
+                self._refusal_on_reserved_capacity(node, uid, record)
             if refusal:
                 core.metrics.binds.labels("refused").inc()
                 return refusal
@@ -104,7 +113,7 @@ class Binder:
         return (f"gang {gang}: pod {namespace}/{name} holds no reservation (released before its "
                 f"bind); it is placed again with its gang")
 
-    def _refusal_on_reserved_capacity(self, node: str, record: PodRecord | None) -> str:
+    def _refusal_on_reserved_capacity(self, node: str, uid: str, record: PodRecord | None) -> str:
         """Why binding this pod to ``node`` would take capacity a gang has reserved ("" if not).
 
         kube-scheduler binds only what filter passed, and filter keeps pods off reserved capacity;
@@ -113,10 +122,10 @@ class Binder:
         view = self.core.ledger.protected().get(node)
         if view is None:
             return ""
-        own = record.gang_key if record is not None else None
+        own = self.gang_of(uid, record)
         if own is not None and view.holders == (own,):
             return ""
-        requests = record.requests if record is not None else {}
+        requests = self.requests_of(uid, record)
         return "" if fits(view.free, view.pods_free, requests) else f"node {node}: {view.reason}"
 
     async def _hold(self, state: GangState, pod: PodRecord, node: str) -> str:
@@ -137,7 +146,7 @@ class Binder:
     async def _bind_now(self, namespace: str, name: str, uid: str, node: str,
                         record: PodRecord | None) -> str:
         core = self.core
-        requests = record.requests if record is not None else {}
+        requests = self.requests_of(uid, record)
         # A member the watch has not shown yet (an extra of a gang at quorum) counts for its gang,
         # and is known by name should the gang be requeued before its pod is seen.
         gang = self.gang_of(uid, record) if record is None else None

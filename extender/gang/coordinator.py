@@ -146,6 +146,8 @@ class Coordinator:
         known = self.cache.pods.get(pod.uid)
         if known is not None:
             pod = known  # the cache's view of the pod (and of its gang) wins over the request's
+        else:
+            self.binder.note_pod(pod)  # its bind may come before the watch shows it
         key = pod.gang_key
         if key is None:
             return gates.protect_reservations(self.core, pod, candidates, own_gang=None)
@@ -169,7 +171,6 @@ class Coordinator:
                 # The common case of a reserved member: its node, with no state to change or sync.
                 self.retry.unpark(pod.uid)
                 return FilterDecision(candidates, [reservation.node])
-        self.binder.note_member(pod.uid, key)
         state = self.registry.state(key)
         if spec is self.cache.gang_spec(key):
             if state.spec_seen is None:

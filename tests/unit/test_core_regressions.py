@@ -6,6 +6,7 @@ Each test names the defect it guards; each was seen to fail with its fix reverte
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -276,4 +277,40 @@ async def test_a_member_already_bound_is_answered_its_node_not_a_server_error() 
     elsewhere = world.filter("w0", [n1])
     assert elsewhere.passing == []
     assert elsewhere.unresolvable[n1] == f"pod ml/w0 is already bound to node {n0}"
+    assert world.coordinator.check_invariants() == []
+
+
+def unseen(world: World, obj: dict[str, Any]) -> dict[str, Any]:
+    """A pod kube-scheduler has, that the watch has not delivered (world.filter/bind know it)."""
+    world.pods[obj["metadata"]["name"]] = obj
+    return obj
+
+
+async def test_a_pod_bound_before_the_watch_showed_it_counts_its_requests_on_the_node() -> None:
+    """The stateful run's "node over-committed (nvidia.com/gpu)": with the watch lagging, a plain
+    pod was filtered and bound, in flight with no requests; a gang then reserved the whole node."""
+    world = World()
+    unseen(world, pod("plain", gpus=2))
+    node = world.filter("plain").passing[0]
+    assert await world.bind("plain", node) == ""
+    free, _ = world.coordinator.core.ledger.free(node, None) or ({}, 0)
+    assert free["nvidia.com/gpu"] == 6
+    gang_of(world, 1, min_count=1, gpus=8, prefix="w")
+    decision = world.filter("w0", [node])
+    assert decision.passing == [], "a gang was offered capacity a bound pod uses"
+    world.add(world.pods["plain"])
+    world.bind_in_cache("plain", node)  # the watch catches up
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_a_bind_before_the_watch_cannot_take_reserved_capacity() -> None:
+    world = World()
+    gang_of(world, 2, min_count=2, gpus=8)
+    world.filter("w0")
+    reserved = sorted(world.coordinator.reservation_of("ml/w").values())
+    unseen(world, pod("plain", gpus=8))
+    world.filter("plain")
+    answer = await world.bind("plain", reserved[0])
+    assert "capacity reserved for gang ml/w" in answer
+    assert world.actions.bound == []
     assert world.coordinator.check_invariants() == []
