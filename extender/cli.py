@@ -15,11 +15,11 @@ from . import config as cfg
 from . import logs
 from .adapters import status
 from .adapters.informer import Informer
-from .adapters.kube import KubeClient, load_credentials
+from .adapters.kube import Credentials, KubeClient, load_credentials
 from .adapters.kueue_topology import read_levels
 from .adapters.server import build_app
 from .adapters.tls import Reloader
-from .adapters.token import TokenFile
+from .adapters.token import TokenFile, TokenRequester, token_requester
 from .cluster.cache import ClusterCache
 from .gang.coordinator import Coordinator
 from .metrics import Metrics
@@ -60,6 +60,19 @@ def load_config(args: argparse.Namespace) -> cfg.Config:
     )
 
 
+def token_upkeep(config: cfg.Config, credentials: Credentials, client: KubeClient,
+                 metrics: Metrics) -> TokenFile | TokenRequester | None:
+    """In cluster: Quorum's own token asked for (``tokenRequest``), or the mounted one re-read."""
+    if credentials.token_file is None:
+        return None
+    if config.token_request is not None:
+        return token_requester(lambda: client.session, credentials.host, config.token_request,
+                               client.set_token, lambda result: metrics.token_requests.labels(result).inc())
+    return TokenFile(credentials.token_file,
+                     credentials.headers.get("Authorization", "").removeprefix("Bearer ") or None,
+                     client.set_token)
+
+
 def build(config: cfg.Config) -> web.Application:
     credentials = load_credentials(config.kubeconfig)
     if config.kueue_topology:  # before the cache: the levels shape its node index
@@ -87,16 +100,15 @@ def build(config: cfg.Config) -> web.Application:
     if reloader is not None:
         app[TLS_RELOADER] = reloader
 
-    token_file = None if credentials.token_file is None else TokenFile(
-        credentials.token_file, credentials.headers.get("Authorization", "").removeprefix("Bearer ") or None,
-        client.set_token)
+    tokens_upkeep = token_upkeep(config, credentials, client, metrics)
 
     async def lifecycle(_: web.Application) -> AsyncIterator[None]:
+        next_token = await tokens_upkeep.first() if tokens_upkeep is not None else 0.0
         informer.start()
         ops_host = config.metrics_host or config.host
         ops_runner = await serve_plain(ops, ops_host, config.metrics_port) if ops is not None else None
         reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
-        tokens = asyncio.ensure_future(token_file.run()) if token_file is not None else None
+        tokens = asyncio.ensure_future(tokens_upkeep.run(next_token)) if tokens_upkeep is not None else None
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),
                                    "metricsPort": config.metrics_port or config.port,

@@ -95,6 +95,10 @@ class Metrics:
             "quorum_preemptions_total",
             "Victims Quorum evicted to fit a waiting gang, by kind (gang: a whole gang; pod: a plain "
             "pod).", ["kind"], registry=r)
+        self.token_requests = Counter(
+            "quorum_token_requests_total",
+            "TokenRequests for Quorum's own ServiceAccount token (tokenRequest), by result.",
+            ["result"], registry=r)
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
         self.requeues = Counter(
             "quorum_gang_requeues_total",

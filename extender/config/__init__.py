@@ -18,6 +18,7 @@ from .settings import (
     Preemption,
     Starvation,
     TlsSettings,
+    TokenRequest,
     TopologyLevel,
 )
 
@@ -32,6 +33,7 @@ __all__ = [
     "Preemption",
     "Starvation",
     "TlsSettings",
+    "TokenRequest",
     "TopologyLevel",
     "apply_overrides",
     "env_overrides",

@@ -19,6 +19,7 @@ from .settings import (
     Preemption,
     Starvation,
     TlsSettings,
+    TokenRequest,
     TopologyLevel,
 )
 
@@ -165,6 +166,23 @@ def _autoscaling(raw: Mapping[str, Any]) -> Autoscaling:
     return Autoscaling(_flag(raw, "provisioningRequests", "autoscaling", False), name)
 
 
+def _token_request(raw: Any) -> TokenRequest | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ConfigError("tokenRequest: must be a mapping")
+    _check_keys(raw, {"serviceAccount", "namespace", "expirationSeconds", "refreshSeconds"}, "tokenRequest")
+    account, namespace = raw.get("serviceAccount"), raw.get("namespace") or ""
+    if not isinstance(account, str) or not account or not isinstance(namespace, str):
+        raise ConfigError("tokenRequest.serviceAccount: the ServiceAccount whose token Quorum uses")
+    expiration = int(_number(raw, "expirationSeconds", "tokenRequest", 3600, minimum=600))
+    refresh = raw.get("refreshSeconds") or 0  # 0: when 80% of the token's life has passed
+    if isinstance(refresh, bool) or not isinstance(refresh, int | float) or not 0 <= refresh < expiration:
+        raise ConfigError(f"tokenRequest.refreshSeconds: 0, or fewer seconds than expirationSeconds; "
+                          f"got {refresh!r}")
+    return TokenRequest(account, namespace, expiration, float(refresh))
+
+
 def _tls(raw: Mapping[str, Any]) -> TlsSettings:
     _check_keys(raw, {"certFile", "keyFile", "clientCAFile", "clientNames", "reloadSeconds"}, "listen.tls")
     files = {}
@@ -183,7 +201,7 @@ def _tls(raw: Mapping[str, Any]) -> TlsSettings:
 
 
 _TOP_LEVEL_KEYS = {"listen", "kubeconfig", "schedulerNames", "topology", "gang", "lifecycle", "starvation",
-                   "preemption", "autoscaling", "http", "log", "debug"}
+                   "preemption", "autoscaling", "http", "log", "debug", "tokenRequest"}
 
 
 def from_mapping(raw: Mapping[str, Any]) -> Config:
@@ -212,6 +230,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
         metrics_host=str(listen.get("metricsHost") or ""),
         kubeconfig=kubeconfig,
+        token_request=_token_request(raw.get("tokenRequest")),
         scheduler_names=scheduler_names,
         levels=_levels(topology.get("levels")),
         kueue_topology=kueue_topology,

@@ -107,6 +107,18 @@ class Autoscaling:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenRequest:
+    """Quorum's own identity when its pod runs as another ServiceAccount (the Helm chart's pod is
+    kube-scheduler's): in cluster, Quorum asks the TokenRequest API for an expiring token of
+    ``service_account`` with the pod's projected token, and asks again before it expires."""
+
+    service_account: str
+    namespace: str = ""  # "" = the pod's own namespace
+    expiration_seconds: int = 3600
+    refresh_seconds: float = 0.0  # 0 = when 80% of the token's lifetime has passed
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     host: str = "127.0.0.1"
     port: int = 8888
@@ -115,6 +127,7 @@ class Config:
     metrics_port: int = 0  # > 0: /metrics and /debug/* on this port (plain HTTP), not on the verbs' port
     metrics_host: str = ""  # the address for metrics_port ("" = listen.host); e.g. 0.0.0.0 for scrapes
     kubeconfig: str = ""
+    token_request: TokenRequest | None = None  # tokenRequest: in cluster only
     levels: tuple[TopologyLevel, ...] = DEFAULT_LEVELS
     kueue_topology: str = ""  # a Kueue Topology whose spec.levels replace ``levels`` (read at start)
     gang: GangTimings = field(default_factory=GangTimings)

@@ -7,6 +7,9 @@ no registry can be reached); the gangs land on kwok nodes. The order of the test
 
 1. ``helm install`` with two replicas: both pods Ready; kube-scheduler's lease names one of them,
    the other stands by.
+   Quorum's container runs with an expiring token of its own account, asked for with the pod's
+   projected token (``extenderToken.mode: tokenRequest``) and refreshed every 15 s here: every
+   step below runs across refreshes, and the metrics show them.
 2. A gang of the installed profile binds whole, inside one rack when it asks for one; a gang that
    fits no rack binds nothing.
 3. The status command and the metrics, scraped from the Service's endpoints, tell the same story.
@@ -68,6 +71,8 @@ def values(tmp_path_factory: pytest.TempPathFactory, kube: Kube) -> Path:
     path.write_text(yaml.safe_dump({
         "replicas": 2, "profile": PROFILE,
         "image": {"repository": "localhost/quorum", "tag": "dev", "pullPolicy": "Never"},
+        # Quorum's own token is asked for again every 15 s: the tests run across several refreshes.
+        "extenderToken": {"mode": "tokenRequest", "refreshSeconds": 15},
         "extraEnv": apiserver_for_pods(kube), **on_the_real_node()}))
     return path
 
@@ -127,6 +132,15 @@ def test_status_and_metrics_from_the_service(release: str, kube: Kube) -> None:
     assert len(endpoints) == 2, endpoints
     texts = {f"{ip}:{port}": scrape(f"http://{ip}:{port}/metrics") for ip, port in endpoints}
     assert all("quorum_cache_objects" in text for text in texts.values())
+
+
+    def issued() -> list[float]:
+        return [float(line.rsplit(" ", 1)[1]) for ip, port in endpoints
+                for line in scrape(f"http://{ip}:{port}/metrics").splitlines()
+                if line.startswith('quorum_token_requests_total{result="issued"}')]
+
+    wait_until("each pod's Quorum asked for its token again (refreshSeconds 15)",
+               lambda: len(issued()) == 2 and min(issued()) >= 2, 45)
     leader = leader_url(kube)
     gangs = [line for line in texts[leader.removeprefix("http://")].splitlines()
              if line.startswith("quorum_gangs{")]

@@ -120,9 +120,18 @@ def test_rendered_configurations_load_and_agree() -> None:
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["type"] == "RollingUpdate"
     pod = deployment["spec"]["template"]["spec"]
-    accounts = {pod["serviceAccountName"]} | {
-        v["secret"]["secretName"] for v in pod["volumes"] if "secret" in v and v["name"] == "extender-token"}
-    assert len(accounts) == 2, "the scheduler and Quorum run as different ServiceAccounts"
+    own = yaml.safe_load(data["quorum.yaml"])["tokenRequest"]
+    assert own["serviceAccount"] != pod["serviceAccountName"], \
+        "the scheduler and Quorum run as different ServiceAccounts"
+    assert not any("secret" in v and v["name"] == "extender-token" for v in pod["volumes"]), \
+        "no long-lived token is mounted (extenderToken.mode tokenRequest)"
+    (grant,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-token")]
+    assert grant["rules"] == [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                               "resourceNames": [own["serviceAccount"]], "verbs": ["create"]}]
+    secret_mode = next(d for d in render(VALUE_SETS["ha-tls"] + ["extenderToken.mode=secret"])
+                   if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert any(v.get("secret", {}).get("secretName", "").endswith("-extender-token")
+               for v in secret_mode["volumes"])
     dashboard = json.loads(config_map(render([]), "-dashboard")["quorum.json"])
     assert dashboard == json.loads((CHART / "dashboards" / "quorum.json").read_text())
 
