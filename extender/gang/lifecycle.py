@@ -34,7 +34,7 @@ from .registry import GangRegistry
 from .retry import Retry
 from .started import StartedSignal
 from .state import AfterBind, GangState, Phase, mark_started
-from .timers import Deadline
+from .timers import Deadline, doubling
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class Lifecycle:
     def backoff_delay(self, requeues: int) -> float:
         """``base * 2^(n-1)``, capped, plus up to ``jitter`` of it at random (n = this requeue)."""
         cfg = self.core.config.lifecycle
-        delay: float = min(cfg.backoff_base_seconds * 2.0 ** max(requeues - 1, 0), cfg.backoff_max_seconds)
+        delay = doubling(cfg.backoff_base_seconds, requeues - 1, cfg.backoff_max_seconds)
         return delay + delay * cfg.backoff_jitter * self._rand()
 
     # ------------------------------------------------------------------ phase changes

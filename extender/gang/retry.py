@@ -18,7 +18,7 @@ from ..cluster.records import PodRecord
 from .core import Core, alive_count
 from .registry import GangRegistry
 from .state import GangState, count_failure, end_backoff, start_backoff
-from .timers import Deadline
+from .timers import Deadline, doubling
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ class Retry:
         """Quorum was not reached at bind in time (or re-planning failed): wait, doubling each time."""
         failures = count_failure(state)
         timings = self.core.config.gang
-        delay = min(timings.backoff_base_seconds * 2 ** (failures - 1), timings.backoff_max_seconds)
+        delay = doubling(timings.backoff_base_seconds, failures - 1, timings.backoff_max_seconds)
         self.hold(state, delay, f"{reason}; backing off {delay:g}s")
 
     def hold(self, state: GangState, delay: float, reason: str) -> None:

@@ -52,3 +52,9 @@ class GangTimers:
     def count(self) -> int:
         """Timers armed over all gangs (for checks: a forgotten gang leaves none behind)."""
         return len(self._armed)
+
+
+def doubling(base: float, doublings: int, cap: float) -> float:
+    """``base * 2^doublings``, capped. A count that grew without bound (a gang missing its quorum
+    thousands of times) gives the cap, never an OverflowError inside a timer callback."""
+    return cap if doublings >= 64 else min(base * 2.0 ** max(doublings, 0), cap)

@@ -13,6 +13,7 @@ import pytest
 from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
 from extender.config import GangTimings
 from extender.gang.ledger import CapacityLedger, DoubleReservation
+from extender.gang.timers import doubling
 from extender.topology.placement import NoFit
 
 from .fixtures import World, gang_of, gang_pod, make_node, make_pod, make_podgroup, typed
@@ -314,3 +315,23 @@ async def test_a_bind_before_the_watch_cannot_take_reserved_capacity() -> None:
     assert "capacity reserved for gang ml/w" in answer
     assert world.actions.bound == []
     assert world.coordinator.check_invariants() == []
+
+
+def test_doubling_delays_stay_finite_for_any_count() -> None:
+    assert [doubling(5, n, 300) for n in (-1, 0, 1, 3, 6)] == [5, 5, 10, 40, 300]
+    assert doubling(5, 1100, 300) == 300  # 5 * 2**1100 overflows a float
+
+
+async def test_a_gang_that_missed_quorum_a_thousand_times_still_backs_off() -> None:
+    """The fuzz run's 'OverflowError: int too large to convert to float' in the bind deadline's
+    timer: a gang that kept missing its quorum made the backoff 2**1100 seconds."""
+    now = [1000.0]
+    world = World(GangTimings(bind_timeout_seconds=0.01, backoff_base_seconds=0.5, backoff_max_seconds=1.5),
+                  clock=lambda: now[0])
+    gang_of(world, 2, min_count=2)
+    world.filter("w0")
+    world.coordinator.registry.gangs["ml/w"].failures = 1100  # as after days of misses
+    await world.bind("w0", world.coordinator.reservation_of("ml/w")["uid-w0"])
+    assert "backing off 1.5s" in world.coordinator.reason_of("ml/w")
+    cap = world.coordinator.core.config.lifecycle.backoff_max_seconds
+    assert world.coordinator.lifecycle.backoff_delay(5000) >= cap  # the requeue backoff too
