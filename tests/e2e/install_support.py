@@ -7,7 +7,6 @@ installed release's pods, and kwok nodes for the gangs.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -135,7 +134,3 @@ def objects_labelled(kubectl: str, kubeconfig: str, selector: str) -> list[str]:
     done = run(kubectl, "--kubeconfig", kubeconfig, "get", names, "-A", "-l", selector, "-o", "name")
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
-
-
-def to_json(value: Any) -> str:
-    return json.dumps(value)
