@@ -29,7 +29,7 @@ from collections.abc import Callable
 from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
-from .evictions import refusal_delay, refusal_note, refusals, report_gang_refusal
+from .evictions import EvictionAsk, WholeGangEvictions, refusal_delay
 from .registry import GangRegistry
 from .retry import Retry
 from .started import StartedSignal
@@ -49,7 +49,7 @@ class Lifecycle:
         self._rand = rand
         self.started_signal = started_signal
         self._after_bind = registry.table(AfterBind)
-        self._checking: set[str] = set()  # gangs whose members' evictions are being asked
+        self._evictions = WholeGangEvictions(core, registry, self._victims, self._requeue_asked)
 
     # ------------------------------------------------------------------ settings
     def ready_timeout(self, spec: GangSpec | None) -> float:
@@ -168,13 +168,12 @@ class Lifecycle:
         """
         if not self._victims(state):
             self._requeue_now(state, reason, why, backoff, event)
-        elif state.key not in self._checking:
-            self._checking.add(state.key)
-            self.core.spawn(self._requeue_checked(state.key, reason, why, backoff, event, due, on_refused))
+        else:
+            self._evictions.ask(state, EvictionAsk(reason, why, backoff, event, due, on_refused))
 
     def checking(self, key: str) -> bool:
         """Whether the evictions of a gang's members are being asked (nothing evicted yet)."""
-        return key in self._checking
+        return self._evictions.asking(key)
 
     def _victims(self, state: GangState) -> list[PodRecord]:
         """Running members, and those whose bind succeeded before the watch showed it (also those
@@ -183,35 +182,8 @@ class Lifecycle:
         victims = [m for m in core.cache.members(state.key) if runs(m) or core.ledger.is_inflight(m.uid)]
         return victims + core.ledger.unseen_members(state.key)
 
-    async def _requeue_checked(self, key: str, reason: str, why: str, backoff: bool, event: str,
-                               due: Callable[[GangState], bool] | None,
-                               on_refused: Callable[[str, str], None] | None) -> None:
-        core, attempt = self.core, 0
-        try:
-            while (state := self.registry.gangs.get(key)) is not None and \
-                    (attempt == 0 or self._due(state, due)):
-                victims = [v for v in self._victims(state) if v.uid not in state.evicting]
-                refused = await refusals(core.actions, victims, reason)
-                state = self.registry.gangs.get(key)
-                if state is None or (due is not None and not due(state)):
-                    return
-                if not refused:
-                    self._requeue_now(state, reason, why, backoff, event)
-                    return
-                attempt += 1
-                note = refusal_note(refused, len(victims))
-                report_gang_refusal(core, self.registry, state, reason, note, attempt)
-                if on_refused is not None:
-                    on_refused(key, note)
-                    return
-                await asyncio.sleep(refusal_delay(attempt))
-        finally:
-            self._checking.discard(key)
-
-    @staticmethod
-    def _due(state: GangState, due: Callable[[GangState], bool] | None) -> bool:
-        """Whether a requeue held off by a refusal is still wanted (by default: the gang runs)."""
-        return due(state) if due is not None else state.started
+    def _requeue_asked(self, state: GangState, ask: EvictionAsk) -> None:
+        self._requeue_now(state, ask.reason, ask.why, ask.backoff, ask.event)
 
     def _requeue_now(self, state: GangState, reason: str, why: str, backoff: bool, event: str) -> None:
         core = self.core

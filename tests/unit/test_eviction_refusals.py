@@ -127,3 +127,47 @@ async def test_kube_schedulers_own_victims_of_a_gang_still_being_asked_about_are
     assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposed) == {}
     assert not set(low) & set(world.actions.evicted)
     world.check()
+
+
+async def test_a_preemption_choosing_a_gang_whose_requeue_a_budget_holds_off_hears_the_refusal() -> None:
+    """The gang's own requeue (a readiness timeout) is being refused when a preemptor chooses it:
+    the preemptor is told at once and plans with other victims (it used to wait on a requeue that
+    never answered it, and the long stateful run found the victim gang left running)."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.actions.refuse_eviction.add(low[1])
+    world.actions.budgets[low[1]] = BUDGET
+    lifecycle, registry = world.coordinator.lifecycle, world.coordinator.registry
+    lifecycle.requeue(registry.state("ml/low"), "gang ml/low: readiness timeout", "readiness-timeout",
+                      due=lambda state: True)
+    await settle()
+    assert lifecycle.checking("ml/low") and refusal_notes(world, "low")
+    world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []
+    await settle()
+    assert "looking for other victims" in refusal_notes(world, "high")[0]
+    assert world.filter("high0").passing == []  # kube-scheduler tries the requeued preemptor again
+    await settle()
+    evicted = world.actions.evicted
+    assert len(evicted) == 2 and all(name.startswith("plain-") for name in evicted), evicted
+    world.check()
+
+
+async def test_a_requeue_asked_during_a_preemptions_dry_run_outlives_the_preemptions_refusal() -> None:
+    """A readiness timeout that fires while a preemption's dry run is out is not dropped: when the
+    preemption gives the gang up, the requeue goes on being asked and evicts the gang once allowed."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
+    world.actions.refuse_eviction.add(low[1])
+    world.group("high", 2, rack=True, priority=HIGH)
+    assert world.filter("high0").passing == []  # the plan is made, the victim gang's dry runs are out
+    lifecycle, registry = world.coordinator.lifecycle, world.coordinator.registry
+    lifecycle.requeue(registry.state("ml/low"), "gang ml/low: readiness timeout", "readiness-timeout",
+                      due=lambda state: True)
+    await settle()
+    assert "looking for other victims" in refusal_notes(world, "high")[0]
+    assert not set(low) & set(world.actions.evicted)
+    world.actions.refuse_eviction.clear()
+    await asyncio.sleep(0.1)
+    assert set(low) <= set(world.actions.evicted)
+    world.check()
