@@ -7,7 +7,9 @@ installed release's pods, and kwok nodes for the gangs.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import time
 import urllib.request
@@ -22,9 +24,10 @@ ANN_REQUIRED = "quorum.dev/required-topology"
 
 
 def tool(name: str, env: str) -> str:
-    """A binary the test command built: helm (.cache/bin/helm-*), kubectl (.cache/bin/<version>)."""
+    """A binary the test command built: helm (.cache/bin/helm-*), kubectl (.cache/bin/<version>),
+    else the one on the PATH."""
     built = sorted((REPO_ROOT / ".cache" / "bin").glob(f"*/{name}"))
-    found = os.environ.get(env) or (str(built[-1]) if built else "")
+    found = os.environ.get(env) or (str(built[-1]) if built else "") or shutil.which(name) or ""
     assert found, f"{name} not found: set {env} or build it (hack/build-binaries.sh, hack/build-helm.sh)"
     return found
 
@@ -124,6 +127,20 @@ def _discovery(kube: Kube) -> Any:
     from kubernetes import client
 
     return client.DiscoveryV1Api(kube.api)
+
+
+def binders(namespace: str) -> set[str]:
+    """Who created the bindings of the pods of ``namespace``: the local apiserver audits every
+    binding (hack/cluster-up.sh) with the user that made it."""
+    log = REPO_ROOT / ".cache" / "cluster" / "logs" / "audit.log"
+    users = set()
+    for line in log.read_text().splitlines():
+        event = json.loads(line)
+        ref = event.get("objectRef") or {}
+        if ref.get("namespace") == namespace and ref.get("subresource") == "binding" and \
+                event.get("verb") == "create":
+            users.add(str(event["user"]["username"]))
+    return users
 
 
 def objects_labelled(kubectl: str, kubeconfig: str, selector: str) -> list[str]:

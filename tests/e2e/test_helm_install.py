@@ -17,7 +17,8 @@ no registry can be reached); the gangs land on kwok nodes. The order of the test
    gang ends whole, none partial, none lost.
 5. ``helm uninstall`` leaves none of the release's objects.
 6. ``kubectl apply -k`` of an overlay of ``manifests/`` (the shipped manifests with the real node's
-   placement, as a user's overlay would add): its gang binds whole; ``kubectl delete -k`` cleans up.
+   placement, as a user's overlay would add): its gang binds whole, every binding made with the
+   expiring token Quorum asked for (the audit log says whose); ``kubectl delete -k`` cleans up.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ import yaml
 from .cluster import REPO_ROOT, Kube, Settings
 from .install_support import (
     apiserver_for_pods,
+    binders,
     bound,
     create,
     gang_pods,
@@ -242,8 +244,12 @@ def test_kustomize_install_binds_a_gang_and_deletes_cleanly(
         create(kube, "kustomize-gangs", gang_pods("k", 3, 3, "quorum"))
         wait_until("the kustomize install's gang bound whole",
                    lambda: len(bound(kube, "kustomize-gangs", "k")) == 3, 90)
+        # No token Secret is installed: the binds carried the expiring token of Quorum's own
+        # account, which it asked for with the pod's (the scheduler's) token.
+        assert binders("kustomize-gangs") == {"system:serviceaccount:quorum-system:quorum"}
     finally:
-        kube.core.delete_namespace("kustomize-gangs", _request_timeout=30)
+        if namespace_exists(kube, "kustomize-gangs"):
+            kube.core.delete_namespace("kustomize-gangs", _request_timeout=30)
         deleted = run(kubectl, "--kubeconfig", settings.kubeconfig, "delete", "-k", str(directory),
                       "--wait", "--ignore-not-found")
     assert deleted.returncode == 0, deleted.stderr

@@ -17,7 +17,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import shutil
 import subprocess
 from typing import Any
 
@@ -27,6 +26,7 @@ import yaml
 from extender.config import from_mapping
 
 from .cluster import REPO_ROOT
+from .install_support import tool
 
 pytestmark = pytest.mark.e2e
 
@@ -39,14 +39,6 @@ VALUE_SETS: dict[str, list[str]] = {
     "crds": ["serviceMonitor.enabled=true", "tls.enabled=true", "tls.certManager.enabled=true",
              "tls.certManager.issuerRef.name=ca"],
 }
-
-
-def tool(name: str, env: str) -> str:
-    built = sorted((REPO_ROOT / ".cache" / "bin").glob(f"*/{name}"))
-    found = os.environ.get(env) or (str(built[-1]) if built else None) or shutil.which(name)
-    if not found:
-        pytest.fail(f"{name} not found: set {env}, or build it (hack/build-binaries.sh, hack/build-helm.sh)")
-    return found
 
 
 def run(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -163,6 +155,32 @@ def test_kustomize_manifests_pass_a_server_side_dry_run() -> None:
     done = dry_run("", "-k", str(REPO_ROOT / "manifests"))
     assert done.returncode == 0, done.stderr
     assert "deployment.apps/quorum-scheduler" in done.stdout
+
+
+def test_kustomize_manifests_mount_no_long_lived_token() -> None:
+    """Quorum's container gets the pod's expiring token and asks for its own with it."""
+    done = run(tool("kubectl", "QUORUM_KUBECTL"), "kustomize", str(REPO_ROOT / "manifests"))
+    assert done.returncode == 0, done.stderr
+    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    assert not [d for d in docs if d["kind"] == "Secret"], "no token Secret is installed"
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (quorum,) = [c for c in pod["containers"] if c["name"] == "quorum"]
+    (mount,) = [m for m in quorum["volumeMounts"] if m["mountPath"].endswith("serviceaccount")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    sources = volume["projected"]["sources"]
+    (token,) = [source["serviceAccountToken"] for source in sources if "serviceAccountToken" in source]
+    assert token["expirationSeconds"] <= 3607
+    (config,) = [d["data"]["quorum.yaml"] for d in docs
+                 if d["kind"] == "ConfigMap" and d["metadata"]["name"].startswith("quorum-config-")]
+    own = yaml.safe_load(config)["tokenRequest"]
+    assert own["serviceAccount"] == "quorum" != pod["serviceAccountName"]
+    (grant,) = [d for d in docs if d["kind"] == "Role" and d["metadata"]["name"] == "quorum-token"]
+    assert grant["rules"] == [{"apiGroups": [""], "resources": ["serviceaccounts/token"],
+                               "resourceNames": ["quorum"], "verbs": ["create"]}]
+    (binding,) = [d for d in docs if d["kind"] == "RoleBinding" and d["metadata"]["name"] == "quorum-token"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"],
+                                    "namespace": NAMESPACE}]
 
 
 def test_the_chart_and_the_manifests_grant_and_guard_the_same() -> None:
