@@ -42,6 +42,9 @@ class DeviceClusterModel(ClusterModel):
         self.slices: dict[str, int] = {}  # node -> devices
         self.claims: dict[str, Obj] = {}  # pod uid -> its claim
         self.matching = True  # whether the device class selects the driver's devices
+        # Pods whose devices kube-scheduler freed (it gave up their bind call) while Quorum's
+        # binding was already at the apiserver: that binding can no longer be called back.
+        self.freed_in_flight: set[str] = set()
 
     # --- objects as the watches deliver them
     def feed(self) -> DeviceFeed:
@@ -81,6 +84,10 @@ class DeviceClusterModel(ClusterModel):
         made = claim(f"{name}-gpu", exactly(count), namespace=NAMESPACE, owner_uid=uid,
                      allocated_on=node_name, devices=free[:count] if node_name else range(0))
         made["metadata"]["annotations"] = {"node": node_name}
+        if node_name:
+            self.freed_in_flight.discard(uid)
+        elif uid in self.binding and self.claim_node(uid):
+            self.freed_in_flight.add(uid)
         self.claims[uid] = made
         self.feed().upsert(SOURCES["resourceclaims"], made)
 
@@ -125,6 +132,17 @@ class DeviceClusterModel(ClusterModel):
         super().put_pod(obj)
 
     def bind(self, uid: str, node_name: str) -> None:
+        if uid in self.freed_in_flight:
+            # The binding lands on a pod whose claim is no longer allocated: the kubelet rejects
+            # the pod (it fails, and its gang with it) instead of running it without its devices.
+            self.freed_in_flight.discard(uid)
+            obj = self.pods[uid]
+            obj["spec"]["nodeName"], obj["status"]["phase"] = node_name, "Failed"
+            gang = self.gang_of(uid)
+            if gang:
+                self.disturbed.add(gang)
+            self.create_pod(obj)
+            return
         if self.claim_node(uid) != node_name:
             self.put_claim(uid, node_name)
         super().bind(uid, node_name)
