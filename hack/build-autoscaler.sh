@@ -32,6 +32,9 @@ for arg in "$@"; do
   esac
 done
 
+# shellcheck source=hack/lib/build-lock.sh
+source "$ROOT/hack/lib/build-lock.sh"
+build_lock "autoscaler-$VERSION"
 if [[ -x "$BIN" && "$force" != 1 ]]; then
   echo "$BIN"
   exit 0

@@ -95,6 +95,10 @@ all_built() {
   done
 }
 
+# shellcheck source=hack/lib/build-lock.sh
+source "$ROOT/hack/lib/build-lock.sh"
+build_lock "binaries-$K8S_VERSION"
+
 if (( update_tools )); then
   generate_module "$TOOLS_SRC"
   log "updated hack/tools/go.mod and go.sum"

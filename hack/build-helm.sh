@@ -8,6 +8,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 source "$ROOT/hack/lib/versions.sh"
 CACHE="${QUORUM_CACHE:-$ROOT/.cache}"
 BIN_DIR="$CACHE/bin/helm-$HELM_VERSION"
+# shellcheck source=hack/lib/build-lock.sh
+source "$ROOT/hack/lib/build-lock.sh"
+build_lock "helm-$HELM_VERSION"
 if [[ ! -x "$BIN_DIR/helm" ]]; then
   command -v go >/dev/null || { echo "build-helm: go is not installed" >&2; exit 1; }
   echo "[build-helm] building helm $HELM_VERSION (go install helm.sh/helm/v3/cmd/helm)" >&2

@@ -12,6 +12,9 @@ CACHE="${QUORUM_CACHE:-$ROOT/.cache}"
 BIN="$CACHE/bin/$K8S_VERSION/kubelet"
 log() { printf '[build-kubelet] %s\n' "$*" >&2; }
 
+# shellcheck source=hack/lib/build-lock.sh
+source "$ROOT/hack/lib/build-lock.sh"
+build_lock "kubelet-$K8S_VERSION"
 [[ -x "$BIN" ]] && { log "kubelet $K8S_VERSION is up to date"; exit 0; }
 K8S_VERSION="$K8S_VERSION" bash "$ROOT/hack/build-binaries.sh"   # the control plane's module
 [[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\. ]] || { log "bad K8S_VERSION $K8S_VERSION"; exit 1; }
