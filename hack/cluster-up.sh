@@ -22,6 +22,8 @@
 #                                    --nodes 0 for a cluster that starts without GPU nodes
 #   --no-scheduler                   start neither the "quorum" kube-scheduler nor Quorum: a cluster
 #                                    for installing them (tests/e2e/test_helm_install.py)
+#   --jobset                         also run the real JobSet controller (JOBSET_VERSION), its CRD
+#                                    and its webhooks (hack/lib/jobset.sh)
 #   --real-node                      also run one real node: a kubelet with containerd and runc,
 #                                    tainted for system pods (hack/lib/real-node.sh); the apiserver
 #                                    then listens on every address (pods reach it on their bridge)
@@ -55,6 +57,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 AUTOSCALER="${AUTOSCALER:-0}"
 REAL_NODE_UP="${REAL_NODE_UP:-0}"
+JOBSET_UP="${JOBSET_UP:-0}"
 SCHEDULER_OFF="${SCHEDULER_OFF:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
 EXTRA_MANIFESTS="${EXTRA_MANIFESTS:-}"
@@ -106,6 +109,7 @@ while (($#)); do
     --no-quorum) QUORUM_EXTERNAL=1; shift ;;
     --autoscaler) AUTOSCALER=1; shift ;;
     --real-node) REAL_NODE_UP=1; shift ;;
+    --jobset) JOBSET_UP=1; shift ;;
     --no-scheduler) SCHEDULER_OFF=1; QUORUM_EXTERNAL=1; shift ;;
     --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -477,6 +481,11 @@ if grep -Eq '^[^#]*startedConfigMaps:[[:space:]]*true' "$QUORUM_CONFIG"; then
 fi
 if [[ "$AUTOSCALER" == 1 ]]; then
   "$ROOT/hack/autoscaler-up.sh" --crd-only
+fi
+if [[ "$JOBSET_UP" == 1 ]]; then
+  # shellcheck source=hack/lib/jobset.sh
+  source "$ROOT/hack/lib/jobset.sh"
+  jobset_up
 fi
 if grep -Eq '^[^#]*provisioningRequests:[[:space:]]*true' "$QUORUM_CONFIG"; then
   kubectl_admin apply -f "$ROOT/manifests/scale-up-requests.yaml" >/dev/null  # the same, for scale-up

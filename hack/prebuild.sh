@@ -16,10 +16,12 @@ read -ra versions <<<"$K8S_VERSIONS"
 
 built() { printf '[prebuild] %s: %s at %ss\n' "$1" "$([[ $2 == 0 ]] && echo built || echo "FAILED ($2)")" "$SECONDS" >&2; }
 
-# In the order the suites need them: helm, the default version's binaries (the end-to-end suite),
-# the other versions (the API-version suites), the autoscaler, the kubelet (the install suite).
+# In the order the suites need them: helm, the default version's binaries and the JobSet controller
+# (the end-to-end suite), the other versions (the API-version suites), the autoscaler, the kubelet
+# (the install suite).
 bash hack/build-helm.sh >/dev/null; built helm $?
 K8S_VERSION="$K8S_VERSION" bash hack/build-binaries.sh; built "$K8S_VERSION" $?
+bash hack/build-jobset.sh >/dev/null; built "jobset $JOBSET_VERSION" $?
 for version in "${versions[@]}"; do
   [[ "$version" != "$K8S_VERSION" ]] || continue
   K8S_VERSION="$version" bash hack/build-binaries.sh; built "$version" $?

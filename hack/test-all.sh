@@ -3,9 +3,9 @@
 #   1. ruff and mypy,
 #   2. the unit tests,
 #   3. the end-to-end suite against a local cluster (real etcd, kube-apiserver,
-#      kube-controller-manager, kube-scheduler and kwok nodes) whose scheduler
-#      calls Quorum, and the install checks of the Helm chart and the kustomize
-#      manifests against it, and the images built from the Dockerfile run against it (podman),
+#      kube-controller-manager, kube-scheduler and kwok nodes, and the real JobSet
+#      controller) whose scheduler calls Quorum, and the install checks of the Helm
+#      chart and the kustomize manifests against it, and the images built from the Dockerfile run against it (podman),
 #      on the default Kubernetes version (K8S_VERSION),
 #   4. the API-version suite (tests marked api_suite) on every other version of
 #      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own,
@@ -110,7 +110,7 @@ e2e_on() {
 }
 
 rc=0
-e2e_on "$K8S_VERSION" "end-to-end suite" e2e || rc=$?
+e2e_on "$K8S_VERSION" "end-to-end suite" e2e --jobset || rc=$?
 ((first_rc != 0)) || first_rc=$rc
 for version in "${versions[@]}"; do
   [[ "$version" != "$K8S_VERSION" ]] || continue

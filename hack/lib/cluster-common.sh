@@ -24,7 +24,7 @@ QUORUM_PORT="${QUORUM_PORT:-8888}"
 # native-scheduler: the second kube-scheduler bench/cluster_bench.py starts, if it is still running.
 # cluster-autoscaler (cluster-up --autoscaler) stops first: on SIGTERM it deletes its nodes.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler kwok quorum
-            cluster-autoscaler)
+            cluster-autoscaler jobset)
 
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }

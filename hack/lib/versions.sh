@@ -7,3 +7,4 @@ K8S_VERSION="${K8S_VERSION:-v1.37.2}"   # newest v1.37 patch whose source the Go
 K8S_VERSIONS="${K8S_VERSIONS:-v1.35.4 v1.36.3 v1.37.2}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}" # helm, built from its Go module (hack/build-helm.sh)
+JOBSET_VERSION="${JOBSET_VERSION:-v0.11.0}" # the JobSet controller, built from its Go module (hack/build-jobset.sh)
