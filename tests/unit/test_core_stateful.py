@@ -50,6 +50,7 @@ from .core_world import (
 from .fake_apiserver import FakeActions
 
 TIMEOUT = 0.05
+WALL_EPOCH = 1_790_000_000.0  # a wall-clock time for the virtual clock's zero
 CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backoff_base_seconds=0.02,
                                             backoff_max_seconds=0.2, max_replans=2),
                  lifecycle=Lifecycle(pods_ready_timeout_seconds=0.1, recovery_timeout_seconds=0.1,
@@ -96,6 +97,10 @@ class CoreMachine(RuleBasedStateMachine):
         self.actions = FakeActions(self.model)
         self.actions.refuse_eviction, self.actions.refuse_real_eviction = self.budget, self.race
         coordinator = Coordinator(CONFIG, cache, self.actions, Metrics(), clock=self.loop.time, strict=True)
+        # The wall clock (backoff ends written on PodGroups, read back after a restart) is virtual
+        # too: a real one made a resumed backoff depend on how busy the machine was, and so the
+        # generated steps (Hypothesis reported its data generation as flaky under load).
+        coordinator.core.wall = lambda: WALL_EPOCH + self.loop.time()
 
         def fill() -> None:
             cache.replace_nodes(list(self.model.nodes.values()))
