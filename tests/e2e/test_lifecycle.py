@@ -83,6 +83,11 @@ def test_a_gang_never_ready_is_requeued_whole_keeps_its_count_across_a_restart_t
     sc.wait_for("requeue count 1 on the PodGroup", lambda: annotation(sc, "slow", ANN_REQUEUES) == "1",
                 timeout=15)
     assert phase(sc, "slow") == "Backoff", sc.gang_debug("slow")
+    # Events are written after the evictions, in the background: let them land before the kill
+    # below (a busy machine lost the last one there).
+    sc.wait_for("an Evicted Event per first member", lambda: sum(
+        1 for name in first for e in quorum_events(sc, "Pod", name) if e.get("reason") == "Evicted") == size,
+        timeout=30)
 
     # Quorum dies in the middle of the backoff; the new process resumes the count from the PodGroup.
     process.kill()
