@@ -151,3 +151,15 @@ def objects_labelled(kubectl: str, kubeconfig: str, selector: str) -> list[str]:
     done = run(kubectl, "--kubeconfig", kubeconfig, "get", names, "-A", "-l", selector, "-o", "name")
     assert done.returncode == 0, done.stderr
     return done.stdout.split()
+
+
+def left_after(kubectl: str, kubeconfig: str, selector: str, seconds: float = 90) -> list[str]:
+    """What still carries ``selector`` once it had ``seconds`` to go: a Deployment's pods are
+    deleted by the garbage collector after the Deployment and then terminate gracefully, so an
+    uninstall that returned has not yet removed them."""
+    deadline = time.monotonic() + seconds
+    left = objects_labelled(kubectl, kubeconfig, selector)
+    while left and time.monotonic() < deadline:
+        time.sleep(2)
+        left = objects_labelled(kubectl, kubeconfig, selector)
+    return left

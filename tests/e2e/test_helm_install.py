@@ -42,7 +42,7 @@ from .install_support import (
     create,
     gang_pods,
     lease_holder,
-    objects_labelled,
+    left_after,
     on_the_real_node,
     ready_pods,
     run,
@@ -211,7 +211,7 @@ def test_uninstall_leaves_none_of_the_releases_objects(release: str, settings: S
     done = helm(settings, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s")
     assert done.returncode == 0, done.stdout + done.stderr
     kubectl = tool("kubectl", "QUORUM_KUBECTL")
-    left = objects_labelled(kubectl, settings.kubeconfig, SELECTOR)
+    left = left_after(kubectl, settings.kubeconfig, SELECTOR)
     assert left == [], left
 
 
@@ -253,4 +253,4 @@ def test_kustomize_install_binds_a_gang_and_deletes_cleanly(
         deleted = run(kubectl, "--kubeconfig", settings.kubeconfig, "delete", "-k", str(directory),
                       "--wait", "--ignore-not-found")
     assert deleted.returncode == 0, deleted.stderr
-    assert objects_labelled(kubectl, settings.kubeconfig, "app.kubernetes.io/part-of=quorum") == []
+    assert left_after(kubectl, settings.kubeconfig, "app.kubernetes.io/part-of=quorum") == []
