@@ -365,7 +365,7 @@ class Coordinator:
         known = self.cache.pods.get(pod.uid)
         try:
             return preemption.gang_aware(self.core, self.registry, self.queue, known or pod, victims,
-                                         self.retry.note_rejection_of)
+                                         self.retry.note_preemption_refused)
         finally:
             self._verify("preempt")
 

@@ -136,8 +136,10 @@ class Earmarks(Protocol):
         """The claim, for /debug/gangs."""
         ...
 
-    def displace(self, key: str) -> frozenset[str]:
-        """Let the gang preempt if it is first in the queue (as ``/preempt`` does); its victims."""
+    def displace(self, key: str, fresh: bool = False) -> frozenset[str]:
+        """Let the gang preempt if it is first in the queue (as ``/preempt`` does); its victims.
+        ``fresh``: the cache changed since its last search, so a search that found nothing a
+        moment ago is no reason to skip this one."""
         ...
 
 

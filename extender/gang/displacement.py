@@ -107,13 +107,16 @@ class Displacer:
     def priority_of(self, key: str) -> int:
         return gang_priority(self.core.cache, key)
 
-    def consider(self, state: GangState) -> Displacement | None:
-        """Plan and start a displacement for the gang; the plan when one was started."""
+    def consider(self, state: GangState, fresh: bool = False) -> Displacement | None:
+        """Plan and start a displacement for the gang; the plan when one was started. ``fresh``:
+        search even when a search found nothing within ``PLAN_INTERVAL_SECONDS`` (the cache has
+        changed since)."""
         core = self.core
         if not self.enabled or self.busy():
             return None
         now = core.clock()
-        if now - self._searched.get(state.key, -PLAN_INTERVAL_SECONDS) < PLAN_INTERVAL_SECONDS:
+        recent = now - self._searched.get(state.key, -PLAN_INTERVAL_SECONDS) < PLAN_INTERVAL_SECONDS
+        if recent and not fresh:
             return None
         spec = core.cache.gang_spec(state.key)
         members = self._members_to_place(state.key, spec)

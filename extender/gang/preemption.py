@@ -69,7 +69,7 @@ def gang_aware(core: Core, registry: GangRegistry, queue: GangQueue, pod: PodRec
     if not _complete(core, pod, gang, spec.min_count):
         ask_again(gang)
         return _refused(core, gang, "the gang is not complete")
-    return _in_plan(core, registry, queue, gang, victims)
+    return _in_plan(core, registry, queue, gang, victims, ask_again)
 
 
 def _complete(core: Core, pod: PodRecord, gang: str, min_count: int) -> bool:
@@ -80,8 +80,11 @@ def _complete(core: Core, pod: PodRecord, gang: str, min_count: int) -> bool:
     return alive >= min_count
 
 
-def _in_plan(core: Core, registry: GangRegistry, queue: GangQueue, gang: str, victims: Victims) -> Victims:
-    """The proposed victims Quorum's own displacement for the gang is evicting."""
+def _in_plan(core: Core, registry: GangRegistry, queue: GangQueue, gang: str, victims: Victims,
+             ask_again: Callable[[str], None]) -> Victims:
+    """The proposed victims Quorum's own displacement for the gang is evicting. With none, the
+    plan may have been made from a lagging watch (members or victims not delivered yet): the
+    gang's next change plans again."""
     state = registry.state(gang)
     registry.sync(state)
     wanted = queue.displace(gang)
@@ -91,6 +94,7 @@ def _in_plan(core: Core, registry: GangRegistry, queue: GangQueue, gang: str, vi
         if pods:
             out[node] = {**entry, "Pods": pods}
     if not out:
+        ask_again(gang)
         return _refused(core, gang, "no victim on these nodes is in Quorum's whole-gang plan")
     return out
 

@@ -229,7 +229,7 @@ class GangQueue:
         others = [self._priority[k] for k in self._order if k != head]
         return self._priority[head] > (max(others) if others else 0)
 
-    def displace(self, key: str) -> frozenset[str]:
+    def displace(self, key: str, fresh: bool = False) -> frozenset[str]:
         """kube-scheduler found no node for a member of ``key``: if the gang is first in the queue,
         let it preempt. The victims being displaced for it (empty: none)."""
         if self.displacer is None:
@@ -238,13 +238,13 @@ class GangQueue:
         self._reorder()
         state = self.registry.gangs.get(key)
         if state is not None and self._head() == key:
-            self._displace(state)
+            self._displace(state, fresh)
         return self.displacer.victims_for(key)
 
-    def _displace(self, state: GangState) -> bool:
+    def _displace(self, state: GangState, fresh: bool = False) -> bool:
         """Start a displacement for the gang; True when one started (its domain is then claimed)."""
         assert self.displacer is not None
-        plan = self.displacer.consider(state)
+        plan = self.displacer.consider(state, fresh)
         if plan is None:
             return False
         if self.claim is not None:

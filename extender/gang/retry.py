@@ -43,6 +43,10 @@ class Rejected:
     have come from a lagging watch."""
 
     at: float = 0.0
+    # The rejection was a refused ``/preempt``: its members failed kube-scheduler's own filters on
+    # every node, and such a pod is not retried on a pod update (the nudge), only on what frees
+    # room. So the re-check starts Quorum's own preemption, whose evictions wake the members.
+    displace: bool = False
 
 
 class Retry:
@@ -125,9 +129,12 @@ class Retry:
     def note_rejection(self, state: GangState) -> None:
         self._rejected.of(state).at = self._last_rejection = self.core.clock()
 
-    def note_rejection_of(self, gang: str) -> None:
-        """A refusal only Quorum's watch can lift: the gang's next change re-checks it."""
-        self.note_rejection(self.registry.state(gang))
+    def note_preemption_refused(self, gang: str) -> None:
+        """A ``/preempt`` refused for a reason only Quorum's watch can lift (the gang not known or
+        not complete yet, its members not all delivered): the next change re-plans it."""
+        state = self.registry.state(gang)
+        self.note_rejection(state)
+        self._rejected.of(state).displace = True
 
     def schedule_recheck(self) -> None:
         if self._recheck is not None:
@@ -158,6 +165,10 @@ class Retry:
             if pending:
                 rejected.at = 0.0
                 core.metrics.rechecks.inc()
+                if rejected.displace and core.earmarks is not None:
+                    rejected.displace = False
+                    self.registry.sync(state, f"gang {key}: cluster changed since preemption was refused")
+                    core.earmarks.displace(key, fresh=True)
                 core.requeue(key, pending[:1], "cluster changed since its last rejection")
 
     def _worth_rechecking(self, state: GangState) -> list[PodRecord]:

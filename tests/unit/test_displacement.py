@@ -128,20 +128,62 @@ async def test_kube_schedulers_proposals_are_kept_only_where_quorums_plan_evicts
     world.check()
 
 
-async def test_a_preemption_refused_while_the_gang_is_incomplete_is_retried_once_it_is() -> None:
+async def test_a_preemption_refused_while_the_gang_is_incomplete_starts_once_it_is() -> None:
     """kube-scheduler may ask to preempt for the last member before Quorum's watch has delivered
-    the others: refused then, and with no cluster event to follow, the members would wait for the
-    scheduler's periodic flush. The gang's completion must wake one member to ask again."""
+    the others: refused then. Its members failed kube-scheduler's own filters on every node, and
+    such a pod is retried only when something frees room (a pod update, the nudge, does not wake
+    it): the gang's completion must start Quorum's own preemption, whose evictions wake it."""
     world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
-    low_gang_fills_rack_and_plain_pods_the_rest(world)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
     podgroup = make_podgroup("high", 2, topology_key=RACK_KEY, priority=HIGH)
     world.cache.upsert_podgroup(podgroup)
     world.add(gang_pod("high0", podgroup="high", gpus=8))
     assert world.coordinator.preempt(typed(world.pods["high0"])[0], proposals(world, ["low0"])) == {}
-    assert world.actions.requeued == []
+    await settle()
+    assert world.actions.evicted == []
     world.add(gang_pod("high1", podgroup="high", gpus=8))  # the rest of the gang arrives
     await asyncio.sleep(RECHECK_DELAY_SECONDS + 0.05)
-    assert world.actions.requeued[:1] == ["high0"], world.actions.requeues
+    await settle()
+    assert sorted(world.actions.evicted) == sorted(low), "no preemption started without a /preempt"
+    assert "Preempting" in world.actions.event_reasons("high")
+    world.check()
+
+
+async def test_a_preemption_asked_for_a_member_the_watch_has_not_delivered_starts_when_it_is() -> None:
+    """The preemptor itself is not in Quorum's cache yet (the rest of its gang is): the gang counts
+    as complete, but there is no plan for members Quorum cannot see. Its arrival plans again."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    low = low_gang_fills_rack_and_plain_pods_the_rest(world)
+    podgroup = make_podgroup("high", 2, topology_key=RACK_KEY, priority=HIGH)
+    world.cache.upsert_podgroup(podgroup)
+    world.add(gang_pod("high1", podgroup="high", gpus=8))
+    late = gang_pod("high0", podgroup="high", gpus=8)
+    assert world.coordinator.preempt(typed(late)[0], proposals(world, ["low0"])) == {}
+    await settle()
+    assert world.actions.evicted == []
+    world.add(late)
+    await asyncio.sleep(RECHECK_DELAY_SECONDS + 0.05)
+    await settle()
+    assert sorted(world.actions.evicted) == sorted(low)
+    world.check()
+
+
+async def test_a_search_made_before_the_watch_delivered_the_victims_is_made_again_when_it_does() -> None:
+    """kube-scheduler proposes gang low's pods, which Quorum's watch has not delivered: its search
+    finds no victim (an empty rack, by its cache), and a search is not repeated within
+    ``PLAN_INTERVAL_SECONDS``, except after the cache changed, as here when the victims arrive."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    for name in world.names[2:]:
+        world.plain(f"plain-{name}", node=name)
+    world.group("high", 2, rack=True, priority=HIGH)
+    seen_by_scheduler = {"b0-r0-n0": {"Pods": [{"UID": "uid-low0"}], "NumPDBViolations": 0}}
+    assert world.coordinator.preempt(typed(world.pods["high0"])[0], seen_by_scheduler) == {}
+    await settle()
+    assert world.actions.evicted == []
+    low = world.group("low", 2, rack=True, priority=10, nodes=["b0-r0-n0", "b0-r0-n1"])
+    await asyncio.sleep(RECHECK_DELAY_SECONDS + 0.05)
+    await settle()
+    assert sorted(world.actions.evicted) == sorted(low)
     world.check()
 
 
