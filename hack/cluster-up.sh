@@ -277,6 +277,17 @@ https_ok() { curl -sfk --max-time 3 "https://127.0.0.1:$1$2"; }
 # that listened on the same port.
 kubectl_admin() { "$KUBECTL" --kubeconfig "$ADMIN_KUBECONFIG" --cache-dir "$CLUSTER_DIR/kubectl-cache" "$@"; }
 
+# established CRD... succeeds once every named CRD reports Established=True. (kubectl wait
+# --for=condition fails at once, instead of waiting, on a CRD whose status has no conditions yet.)
+established() {
+  local crd status
+  for crd in "$@"; do
+    status="$(kubectl_admin get "$crd" --request-timeout=10s \
+      -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" || return 1
+    [[ "$status" == True ]] || return 1
+  done
+}
+
 # apply_manifests DIR applies DIR/*.yaml: first the files that define CustomResourceDefinitions,
 # waiting until every CRD among them is Established, then the others (in name order each time).
 apply_manifests() {
@@ -301,9 +312,7 @@ apply_manifests() {
       if [[ "$name" == customresourcedefinition.* ]]; then crds+=("$name"); fi
     done
     if ((${#crds[@]})); then
-      kubectl_admin wait --for condition=Established --timeout "${READY_TIMEOUT}s" "${crds[@]}" >/dev/null \
-        || die "CRDs from $dir were not Established within ${READY_TIMEOUT}s: ${crds[*]#*/}"
-      log "CRDs Established: ${crds[*]#*/}"
+      wait_for crds "Established: ${crds[*]#*/}" established "${crds[@]}"
     fi
   fi
   if ((${#other_files[@]})); then

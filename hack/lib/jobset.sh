@@ -18,7 +18,7 @@ jobset_up() {
   cp "$PKI_DIR/jobset-webhook.key" "$dir/certs/tls.key"
   log "installing the JobSet CRD ($JOBSET_VERSION)"
   kubectl_admin apply --server-side -f "$src/config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml" >/dev/null
-  kubectl_admin wait --for=condition=Established crd/jobsets.jobset.x-k8s.io --timeout=60s >/dev/null
+  wait_for jobset-crd "Established" established crd/jobsets.jobset.x-k8s.io
   cat >"$dir/config.yaml" <<YAML
 apiVersion: config.jobset.x-k8s.io/v1alpha1
 kind: Configuration
