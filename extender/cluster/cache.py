@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from itertools import chain
 from typing import Any
 
+from .basic_groups import BasicGroups
 from .cache_events import (
     CACHES_SYNCED,
     CAPACITY_FREED,
@@ -30,10 +31,10 @@ from .cache_events import (
     lifecycle_events,
     member_events,
 )
-from .conventions import gang_key_of_pod, spec_from_pod, topology_of_pod
 from .declarations import Declarations, object_id
 from .dra.accounting import DeviceAccounting
 from .dra.inventory import ALL_NODES, Changes, DeviceInventory
+from .membership import Membership
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
 from .relist import Rejected, relist
@@ -58,9 +59,11 @@ class ClusterCache:
         self.pods: dict[str, PodRecord] = {}
         self.node_used: dict[str, Resources] = defaultdict(dict)
         self.node_pod_count: dict[str, int] = defaultdict(int)
-        self.gang_members: dict[str, set[str]] = defaultdict(set)
         # Every gang declaration, from objects and from members (which wins: declarations.py).
         self.declarations = Declarations(OBJECT_PRECEDENCE)
+        self.membership = Membership(self.declarations)
+        self.gang_members = self.membership.gang_members  # gang key -> member uids (read-only)
+        self.basic_groups = BasicGroups(self.declarations)  # pods whose labels name a gang of their own
         # Pods holding capacity per topology domain prefix (level depth, path) — for scoring pods
         # outside gangs towards domains that are already in use.
         self.domain_pods: dict[str, int] = {}
@@ -222,15 +225,16 @@ class ClusterCache:
 
     # --- pods ----------------------------------------------------------------------------
     def upsert_pod(self, obj: dict[str, Any]) -> None:
-        gang_key = gang_key_of_pod(obj)
-        record = pod_record(obj, gang_key)
-        if not record.uid:
+        uid = (obj.get("metadata") or {}).get("uid", "")
+        if not uid:
             return
+        gang_key = self.basic_groups.gang_key(uid, obj)
+        record = pod_record(obj, gang_key)
         moved = self._devices_changed(self.device_accounting.with_devices(record, obj))
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         self._replace_pod(old, record, left_gang)
-        changed_gang = self._note_member(gang_key, record.uid, obj) if gang_key else ""
+        changed_gang = self.membership.join(gang_key, record.uid, obj) if gang_key else ""
         for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, gang_key)):
             self._emit(event)
         if changed_gang:
@@ -243,7 +247,7 @@ class ClusterCache:
         if old is not None:
             self._account(old, -1)
             if left_gang and old.gang_key:
-                self._leave_gang(old.uid, old.gang_key)
+                self.membership.leave(old.uid, old.gang_key)
         self.pods[record.uid] = record
         self._account(record, +1)
         self._report_clamped("pods", record.key, old.requests if old else None, record.requests)
@@ -252,47 +256,24 @@ class ClusterCache:
         ):
             self.capacity_version += 1
 
-    def _note_member(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
-        """Index a gang member and the declaration its annotations carry; returns the gang key
-        when the gang's declaration changed (the caller tells the coordinator after the pod's events)."""
-        self.gang_members[gang_key].add(uid)
-        spec = spec_from_pod(obj)
-        topology = topology_of_pod(obj)
-        if spec is None and topology is None:
-            return ""
-        before = self.declarations.spec(gang_key)
-        self.declarations.put_member(gang_key, spec, topology)
-        after = self.declarations.spec(gang_key)
-        # What the annotations declare, not which pod carried them nor when it was created.
-        changed = before is not None and after is not None and before.declaration() != after.declaration()
-        return gang_key if changed else ""
-
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
         self._drop_pod(uid)
 
     def _drop_pod(self, uid: str) -> None:
+        self.basic_groups.forget(uid)
         record = self.pods.pop(uid, None)
         if record is None:
             return
         self._account(record, -1)
         moved = self._devices_changed(self.devices.drop_pod(uid))
         if record.gang_key:
-            self._leave_gang(uid, record.gang_key)
+            self.membership.leave(uid, record.gang_key)
         self.capacity_version += 1
         self._emit(CacheEvent(POD_REMOVED, uid, record))
         if record.holds_capacity:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
         self._emit_devices_moved(moved)
-
-    def _leave_gang(self, uid: str, gang_key: str) -> None:
-        members = self.gang_members.get(gang_key)
-        if members is None:
-            return
-        members.discard(uid)
-        if not members:
-            del self.gang_members[gang_key]
-            self.declarations.forget_members(gang_key)
 
     def replace_pods(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         """Load a full list (``relist.py``); a pod that cannot be taken keeps its last good record."""
@@ -303,13 +284,18 @@ class ClusterCache:
     # --- gang objects --------------------------------------------------------------------
     def upsert_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
         declared, gone = self.declarations.put_object(source, obj)
+        for pod in self.basic_groups.misfiled([*declared, *gone]):  # before the gang events go out
+            self.upsert_pod(pod)
         for key in gone:
             self._emit_gang(GANG_REMOVED, key)
         for key in declared:
             self._emit_gang(GANG_CHANGED, key)
 
     def delete_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
-        for key in self.declarations.drop_object(source.name, object_id(obj)):
+        gone = self.declarations.drop_object(source.name, object_id(obj))
+        for pod in self.basic_groups.misfiled(gone):
+            self.upsert_pod(pod)
+        for key in gone:
             self._emit_gang(GANG_REMOVED, key)
 
     def replace_gang_objects(self, source: GangObjectSource,

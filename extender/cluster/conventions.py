@@ -83,16 +83,28 @@ def gang_key_of_pod(pod: Mapping[str, Any]) -> str | None:
     "namespace/workload/podGroup" and, per replica, "namespace/workload/podGroup/replicaKey"
     (names and replica keys are DNS labels or subdomains: they never contain "/").
     """
-    namespace, _, labels, annotations = _meta(pod)
-    spec = pod.get("spec") or {}
-    group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    group = scheduling_group_key(pod)
     if group:
-        return f"{namespace}/{group}"
-    ref = spec.get("workloadRef")
+        return group
+    namespace = _meta(pod)[0]
+    ref = (pod.get("spec") or {}).get("workloadRef")
     if isinstance(ref, Mapping) and ref.get("name") and ref.get("podGroup"):
         key = f"{namespace}/{ref['name']}/{ref['podGroup']}"
         replica = ref.get("podGroupReplicaKey")
         return f"{key}/{replica}" if replica else key
+    return named_gang_key(pod)
+
+
+def scheduling_group_key(pod: Mapping[str, Any]) -> str | None:
+    """The native PodGroup a pod names in ``spec.schedulingGroup`` (1.36+), or None."""
+    group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    return f"{_meta(pod)[0]}/{group}" if group else None
+
+
+def named_gang_key(pod: Mapping[str, Any]) -> str | None:
+    """The gang a pod's own labels or annotations name (Quorum's, coscheduling's, Kueue's,
+    Volcano's, Koordinator's, in that order), or None."""
+    namespace, _, labels, annotations = _meta(pod)
     for name in (annotations.get("quorum.dev/gang"), labels.get(COSCHEDULING_LABEL),
                  labels.get(KUEUE_GROUP_LABEL), annotations.get(VOLCANO_ANNOTATION),
                  annotations.get(KOORDINATOR_NAME)):
