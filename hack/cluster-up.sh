@@ -24,6 +24,9 @@
 #                                    for installing them (tests/e2e/test_helm_install.py)
 #   --jobset                         also run the real JobSet controller (JOBSET_VERSION), its CRD
 #                                    and its webhooks (hack/lib/jobset.sh)
+#   --job-workloads                  turn on WorkloadWithJob (alpha, 1.37+) in the apiserver and the
+#                                    controller-manager: the Job controller writes a Workload and a
+#                                    PodGroup for every Job that names none
 #   --real-node                      also run one real node: a kubelet with containerd and runc,
 #                                    tainted for system pods (hack/lib/real-node.sh); the apiserver
 #                                    then listens on every address (pods reach it on their bridge)
@@ -43,7 +46,8 @@
 #   QUORUM_CONFIG        Quorum's configuration file [scheduler-config/quorum.yaml]
 #   ETCD_PORT [12379] ETCD_PEER_PORT [12380] APISERVER_PORT [16443]
 #   CONTROLLER_MANAGER_PORT [17257] SCHEDULER_PORT [17259] QUORUM_PORT [8888]
-#   APISERVER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags (space separated)
+#   APISERVER_EXTRA_ARGS, CONTROLLER_MANAGER_EXTRA_ARGS, SCHEDULER_EXTRA_ARGS   extra flags
+#                        (space separated; a second --feature-gates adds to the first)
 #   READY_TIMEOUT [120]  seconds to wait for each component (plus 0.1 s a node for the nodes)
 #   KWOK_LOG_LEVEL [WARN]  kwok's log level (INFO logs every heartbeat)
 #   WORKLOAD_API         Workload API version to serve [from K8S_VERSION:
@@ -58,6 +62,7 @@ QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 AUTOSCALER="${AUTOSCALER:-0}"
 REAL_NODE_UP="${REAL_NODE_UP:-0}"
 JOBSET_UP="${JOBSET_UP:-0}"
+JOB_WORKLOADS="${JOB_WORKLOADS:-0}"
 SCHEDULER_OFF="${SCHEDULER_OFF:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
 EXTRA_MANIFESTS="${EXTRA_MANIFESTS:-}"
@@ -110,12 +115,20 @@ while (($#)); do
     --autoscaler) AUTOSCALER=1; shift ;;
     --real-node) REAL_NODE_UP=1; shift ;;
     --jobset) JOBSET_UP=1; shift ;;
+    --job-workloads) JOB_WORKLOADS=1; shift ;;
     --no-scheduler) SCHEDULER_OFF=1; QUORUM_EXTERNAL=1; shift ;;
     --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/{/^#/s/^# \{0,1\}//p}' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) die "unknown argument: $1 (see --help)" ;;
   esac
 done
+
+CONTROLLER_MANAGER_GATES="GenericWorkload=true"
+if [[ "$JOB_WORKLOADS" == 1 ]]; then
+  ((K8S_MINOR >= 37)) || die "--job-workloads needs Kubernetes 1.37 or newer (the Job controller writes v1beta1)"
+  APISERVER_GATES+=",WorkloadWithJob=true"
+  CONTROLLER_MANAGER_GATES+=",WorkloadWithJob=true"
+fi
 
 if [[ -z "${PYTHON:-}" ]]; then
   if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
@@ -416,9 +429,10 @@ start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
   --root-ca-file "$PKI_DIR/ca.crt" \
   --cluster-signing-cert-file "$PKI_DIR/ca.crt" \
   --cluster-signing-key-file "$PKI_DIR/ca.key" \
-  --feature-gates GenericWorkload=true \
+  --feature-gates "$CONTROLLER_MANAGER_GATES" \
   --kube-api-qps 200 --kube-api-burst 400 \
-  --profiling=false
+  --profiling=false \
+  ${CONTROLLER_MANAGER_EXTRA_ARGS:-}
 
 # --- kube-scheduler -------------------------------------------------------------
 # The committed configuration, with only the kubeconfig and the extender URL

@@ -9,7 +9,8 @@
 #      on the default Kubernetes version (K8S_VERSION),
 #   4. the API-version suite (tests marked api_suite) on every other version of
 #      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own,
-#   5. the autoscaler suite, and the install suite (the chart and the manifests installed on a
+#   5. the Job-workload suite (the Job controller writes the PodGroups: WorkloadWithJob on), the
+#      autoscaler suite, and the install suite (the chart and the manifests installed on a
 #      cluster with one real node), each on a cluster of its own.
 # Every cluster is started with the CRDs of tests/e2e/crds and stopped afterwards.
 # A failing or empty (pytest exit code 5) test run fails the script, with the exit
@@ -118,6 +119,13 @@ for version in "${versions[@]}"; do
   e2e_on "$version" "API-version suite" "e2e and api_suite" || rc=$?
   ((first_rc != 0)) || first_rc=$rc
 done
+
+# Jobs whose PodGroup the Job controller writes, as with WorkloadWithJob (alpha in 1.37) on
+# (tests/e2e/test_job_workloads.py).
+rc=0
+e2e_on "$K8S_VERSION" "Job-workload suite" job_workloads --job-workloads --blocks 1 --racks 2 --nodes 4 \
+  || rc=$?
+((first_rc != 0)) || first_rc=$rc
 
 # Gangs on an autoscaled cluster: a real cluster-autoscaler with two rack node groups of at most 6
 # nodes, no GPU node at the start (tests/e2e/test_autoscaler.py).

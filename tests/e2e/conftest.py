@@ -233,7 +233,7 @@ def unselected_reason(settings: Settings) -> str:
         return (f"end-to-end: no cluster answers at KUBECONFIG={settings.kubeconfig} ({first_line[:160]}); "
                 "start one with 'bash hack/cluster-up.sh', or run everything with 'bash hack/test-all.sh'")
     return ("end-to-end: a cluster answers, but these run only when selected: "
-            "-m e2e, -m api_suite, -m autoscaler or -m install "
+            "-m e2e, -m api_suite, -m autoscaler, -m install or -m job_workloads "
             "(bash hack/test-all.sh runs each on its cluster)")
 
 
