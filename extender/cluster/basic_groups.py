@@ -15,11 +15,13 @@ version of each), and the cache files them again when their PodGroup changes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
-from .conventions import gang_key_of_pod, named_gang_key, scheduling_group_key
+from .conventions import gang_key_of_pod, scheduling_group_key, yielding_gang_key
 from .declarations import Declarations
 from .object_sources import NATIVE_PODGROUPS
+from .records import PodRecord
 
 
 class BasicGroups:
@@ -31,14 +33,21 @@ class BasicGroups:
     def gang_key(self, uid: str, pod: dict[str, Any]) -> str | None:
         """The gang of the pod (None: none), remembering the pod when its PodGroup's policy decides."""
         self.forget(uid)
+        named = yielding_gang_key(pod)
         group = scheduling_group_key(pod)
-        named = named_gang_key(pod) if group else None
-        if group is None or named is None or named == group:
+        if named is None or group is None:
             return gang_key_of_pod(pod)
         key = named if self._basic(group) else group
         self._naming.setdefault(group, {})[uid] = pod
         self._filed[uid] = (group, key)
         return key
+
+    def resolve(self, pod: PodRecord) -> PodRecord:
+        """A pod kube-scheduler asks about before the watch delivered it, in the gang the cache
+        would file it in: its request names its PodGroup, which may be a basic one."""
+        if pod.yielding_gang is None or pod.gang_key is None or not self._basic(pod.gang_key):
+            return pod
+        return replace(pod, gang_key=pod.yielding_gang)
 
     def forget(self, uid: str) -> None:
         group, _ = self._filed.pop(uid, ("", ""))

@@ -101,6 +101,14 @@ def scheduling_group_key(pod: Mapping[str, Any]) -> str | None:
     return f"{_meta(pod)[0]}/{group}" if group else None
 
 
+def yielding_gang_key(pod: Mapping[str, Any]) -> str | None:
+    """The gang a pod's own labels or annotations name when its ``spec.schedulingGroup`` names
+    another PodGroup: the pod's gang if that PodGroup turns out basic (``basic_groups.py``)."""
+    group = scheduling_group_key(pod)
+    named = named_gang_key(pod) if group else None
+    return named if named != group else None
+
+
 def named_gang_key(pod: Mapping[str, Any]) -> str | None:
     """The gang a pod's own labels or annotations name (Quorum's, coscheduling's, Kueue's,
     Volcano's, Koordinator's, in that order), or None."""

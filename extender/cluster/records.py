@@ -50,6 +50,7 @@ class PodRecord:
     consumes: str = ""  # the ProvisioningRequest it consumes (cluster-autoscaler leaves its room to that)
     apart: MembersApart | None = None  # how it repels its gang mates (required anti-affinity), if at all
     rank: tuple[int, ...] = ()  # (job, completion index) of an Indexed Job's pod; () when it has none
+    yielding_gang: str | None = None  # its labels' gang, if its PodGroup is basic (basic_groups.py)
 
     @property
     def key(self) -> str:
@@ -191,7 +192,7 @@ def domain_paths(domains: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
+def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | None = None) -> PodRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -217,6 +218,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None) -> PodRecord:
         consumes=_consumed_request(meta.get("annotations")),
         apart=members_apart(spec, meta) if "affinity" in spec or _SPREAD in spec else None,
         rank=pod_rank(meta),
+        yielding_gang=yielding_gang,
     )
 
 

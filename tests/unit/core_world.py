@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.conventions import gang_key_of_pod
+from extender.cluster.conventions import (
+    gang_key_of_pod,
+    named_gang_key,
+    scheduling_group_key,
+    yielding_gang_key,
+)
 from extender.cluster.records import pod_record
 from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
@@ -100,6 +105,10 @@ def node(name: str, gpus: int) -> Obj:
     return make_node(name, name.split("-")[0], "-".join(name.split("-")[:2]), gpus=gpus)
 
 
+# Annotation gangs whose pods also name a PodGroup (WorkloadWithJob: basic unless it asks for a gang).
+JOB_GROUPS = {"a1": "j0"}
+
+
 def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None,
         priority: int = 0) -> Obj:
     obj = make_pod(name, f"uid-{name}", namespace=NAMESPACE, group=group, cpu="1", memory="1Gi",
@@ -170,7 +179,17 @@ class ClusterModel:
     # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
         obj = self.pods.get(uid)
-        return self.former_gangs.get(uid) if obj is None else gang_key_of_pod(obj)
+        return self.former_gangs.get(uid) if obj is None else self.filed(obj)
+
+    def filed(self, obj: Obj) -> str | None:
+        """The pod's gang as the cluster's objects say: a basic PodGroup yields to the gang the
+        pod's annotations name (the Job controller's PodGroup of an annotated Job)."""
+        named, group = yielding_gang_key(obj), scheduling_group_key(obj)
+        if named is not None and group is not None:
+            podgroup = self.podgroups.get(group.split("/", 1)[1])
+            if podgroup is not None and "gang" not in podgroup["spec"]["schedulingPolicy"]:
+                return named
+        return gang_key_of_pod(obj)
 
     def min_count(self, gang: str) -> int:
         """The quorum the cluster's objects ask for (0 when the gang is not a valid gang now)."""
@@ -179,14 +198,14 @@ class ClusterModel:
             policy = self.podgroups[name]["spec"]["schedulingPolicy"]
             return int(policy["gang"]["minCount"]) if "gang" in policy else 0
         counts = [int(o["metadata"]["annotations"].get("quorum.dev/min-count", 0))
-                  for o in self.pods.values() if gang_key_of_pod(o) == gang]
+                  for o in self.pods.values() if self.filed(o) == gang]
         return counts[0] if counts else 0
 
     def running(self, gang: str) -> set[str]:
-        return {u for u, o in self.pods.items() if gang_key_of_pod(o) == gang and bound_node(o)}
+        return {u for u, o in self.pods.items() if self.filed(o) == gang and bound_node(o)}
 
     def gangs(self) -> set[str]:
-        return {k for k in map(gang_key_of_pod, self.pods.values()) if k} | \
+        return {k for k in map(self.filed, self.pods.values()) if k} | \
             {f"{NAMESPACE}/{g}" for g in self.podgroups}
 
     def requests_of(self, obj: Obj) -> Resources:
@@ -223,11 +242,13 @@ class ClusterModel:
         name = f"{gang or 'p'}-{self._seq}"
         if gang is None or gang in groups:
             return pod(name, gpus, group=gang, priority=priority)
-        first = next((o for o in self.pods.values() if gang_key_of_pod(o) == f"{NAMESPACE}/{gang}"), None)
+        job_group = JOB_GROUPS.get(gang)  # the PodGroup the Job controller writes for an annotated Job
+        first = next((o for o in self.pods.values() if named_gang_key(o) == f"{NAMESPACE}/{gang}"), None)
         annotations = {"quorum.dev/gang": gang, "quorum.dev/min-count": str(min_count)}
         if rack:
             annotations["quorum.dev/required-topology"] = "rack"
-        return pod(name, gpus, first["metadata"]["annotations"] if first else annotations, priority=priority)
+        return pod(name, gpus, first["metadata"]["annotations"] if first else annotations, group=job_group,
+                   priority=priority)
 
     # ------------------------------------------------------------------ changing it
     def create_pod(self, obj: Obj) -> None:
@@ -247,7 +268,7 @@ class ClusterModel:
 
     def drop_pod(self, uid: str) -> None:
         obj = self.pods.pop(uid)
-        self.former_gangs[uid] = gang_key_of_pod(obj)
+        self.former_gangs[uid] = self.filed(obj)
         self.unseen.discard(uid)
         self.cache.delete_pod(obj)
 

@@ -7,10 +7,12 @@ meaning a gang, whichever of the pods and the PodGroup the watch delivers first.
 
 from __future__ import annotations
 
+from extender.adapters.wire import parse_extender_args
 from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import MEMBER_READY, CacheEvent
 
 from .fixtures import LEVEL_LABELS, World, gang_pod, make_podgroup, schedule
+from .payloads import extender_args
 
 JOB_GROUP = "train-pg-0"  # the PodGroup the Job controller names
 
@@ -86,3 +88,22 @@ async def test_an_annotated_gang_under_a_basic_podgroup_binds_whole_or_not_at_al
     placed = await schedule(world, ["t0", "t1"])
     assert len(placed) == 2
     assert world.coordinator.check_invariants() == []
+
+
+def test_a_pod_the_watch_has_not_delivered_is_judged_in_the_gang_its_annotations_name() -> None:
+    """kube-scheduler has the pod before Quorum's watch does: its request names the basic PodGroup,
+    and a basic PodGroup lets any pod pass. It must be held as a member of its annotations' gang."""
+    world = World()
+    world.cache.upsert_podgroup(make_podgroup(JOB_GROUP, None))
+    world.pods["t0"] = annotated("t0")  # in the request only
+    decision = world.filter("t0")
+    assert decision.passing == [], "a member of a gang of two bound alone"
+    assert "ml/train" in decision.reason, decision.reason
+
+
+def test_the_wire_carries_the_gang_a_basic_podgroup_yields_to() -> None:
+    body = extender_args(annotated("t0"), names=["b0-r0-n0"])
+    record = parse_extender_args(body).pod
+    assert (record.gang_key, record.yielding_gang) == (f"ml/{JOB_GROUP}", "ml/train")
+    plain = parse_extender_args(extender_args(gang_pod("p0", podgroup=JOB_GROUP), names=["b0-r0-n0"])).pod
+    assert plain.yielding_gang is None

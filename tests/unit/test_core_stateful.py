@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.conventions import gang_key_of_pod
+from extender.cluster.conventions import gang_key_of_pod, yielding_gang_key
 from extender.cluster.gang_sources import spec_from_annotations
 from extender.cluster.records import pod_record
 from extender.config import Config, GangTimings, Lifecycle, Preemption, Starvation
@@ -36,6 +36,7 @@ from extender.gang.state import Claim
 from extender.metrics import Metrics
 
 from .core_world import (
+    JOB_GROUPS,
     LEVEL_LABELS,
     NAMESPACE,
     NODE_NAMES,
@@ -227,25 +228,42 @@ class CoreMachine(RuleBasedStateMachine):
             obj["status"]["phase"] = "Running"
             self.loop.run(lambda: self.model.put_pod(obj))
 
-    @rule(group=st.sampled_from(GROUPS), min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
+    @rule(group=st.sampled_from((*GROUPS, *JOB_GROUPS.values())),
+          min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
           rack=st.booleans(), priority=PRIORITY, single=st.booleans())
     def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool,
                          priority: int = 0, single: bool = False) -> None:
         """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted;
-        ``single``: its disruptionMode lets preemption take its members one by one."""
+        ``single``: its disruptionMode lets preemption take its members one by one. A Job's
+        PodGroup (``JOB_GROUPS``) turning basic or not moves its annotated pods between gangs."""
+        before = self._running_gangs()
         if min_count == "gone":
             obj = self.model.podgroups.pop(group, podgroup(group, None, False))
             self.loop.run(lambda: self.model.cache.delete_podgroup(obj))
+            self._disturb_moved(before)
             return
         key = f"{NAMESPACE}/{group}"
-        running = self.model.running(key) | {u for u, (g, _) in self.model.binding.items() if g == key}
-        if isinstance(min_count, int) and 0 < len(running) < min_count:
-            self.model.disturbed.add(key)  # minCount raised over members already running
         obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
         if single:
             obj["spec"]["disruptionMode"] = {"single": {}}
         self.model.podgroups[group] = obj
+        running = self.model.running(key) | {u for u, (g, _) in self.model.binding.items() if g == key}
+        if isinstance(min_count, int) and 0 < len(running) < min_count:
+            self.model.disturbed.add(key)  # minCount raised over members already running
         self.loop.run(lambda: self.model.cache.upsert_podgroup(obj))
+        self._disturb_moved(before)
+
+    def _running_gangs(self) -> dict[str, str | None]:
+        """uid -> gang of every pod running or being bound."""
+        return {u: self.model.gang_of(u) for u in self.model.pods
+                if bound_node(self.model.pods[u]) or u in self.model.binding}
+
+    def _disturb_moved(self, before: dict[str, str | None]) -> None:
+        """Running pods a PodGroup change moved to another gang leave both gangs as they are."""
+        for uid, gang in before.items():
+            now = self.model.gang_of(uid)
+            if now != gang:
+                self.model.disturbed.update(g for g in (gang, now) if g)
 
     # ------------------------------------------------------------------ extender calls
     def _filter(self, obj: Obj, data: st.DataObject, subset: bool = True) -> None:
@@ -253,7 +271,8 @@ class CoreMachine(RuleBasedStateMachine):
         candidates = self.candidates(self.model.pods[uid])
         if subset and candidates and data.draw(st.booleans(), label="subset"):
             candidates = data.draw(st.lists(st.sampled_from(candidates), unique=True), label="candidates")
-        record, declared = pod_record(obj, gang_key_of_pod(obj)), spec_from_annotations(obj)
+        record = pod_record(obj, gang_key_of_pod(obj), yielding_gang_key(obj))
+        declared = spec_from_annotations(obj)
         claim = self.coordinator.queue.claim
         decision = self.loop.run(lambda: self.coordinator.filter(record, declared, candidates))
         assert set(decision.passing) <= set(candidates)
@@ -272,7 +291,7 @@ class CoreMachine(RuleBasedStateMachine):
         a member reserved before the claim was made."""
         uid = obj["metadata"]["uid"]
         gang = self.coordinator.cache.pods[uid].gang_key if uid in self.coordinator.cache.pods \
-            else gang_key_of_pod(obj)
+            else self.model.filed(obj)
         if gang == claim.gang or gang in claim.grandfathered:
             return False
         queue = self.coordinator.queue
@@ -316,7 +335,7 @@ class CoreMachine(RuleBasedStateMachine):
             entry = proposed.setdefault(where, {"Pods": [], "NumPDBViolations": 0})
             entry["Pods"].append({"UID": victim})
         obj = self.model.pods[uid]
-        record = pod_record(obj, gang_key_of_pod(obj))
+        record = pod_record(obj, gang_key_of_pod(obj), yielding_gang_key(obj))
         kept = self.loop.run(lambda: self.coordinator.preempt(record, proposed))
         for node_name, entry in kept.items():
             assert node_name in proposed
