@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .conventions import gang_key_of_pod, scheduling_group_key, yielding_gang_key
+from .conventions import gang_key_of_pod, named_gang_key, scheduling_group_key
 from .declarations import Declarations
 from .object_sources import NATIVE_PODGROUPS
 from .records import PodRecord
@@ -33,10 +33,12 @@ class BasicGroups:
     def gang_key(self, uid: str, pod: dict[str, Any]) -> str | None:
         """The gang of the pod (None: none), remembering the pod when its PodGroup's policy decides."""
         self.forget(uid)
-        named = yielding_gang_key(pod)
         group = scheduling_group_key(pod)
-        if named is None or group is None:
+        if group is None:
             return gang_key_of_pod(pod)
+        named = named_gang_key(pod)
+        if named is None or named == group:
+            return group
         key = named if self._basic(group) else group
         self._naming.setdefault(group, {})[uid] = pod
         self._filed[uid] = (group, key)
