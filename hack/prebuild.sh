@@ -16,15 +16,16 @@ read -ra versions <<<"$K8S_VERSIONS"
 
 built() { printf '[prebuild] %s: %s at %ss\n' "$1" "$([[ $2 == 0 ]] && echo built || echo "FAILED ($2)")" "$SECONDS" >&2; }
 
-# In the order the suites need them: helm, the default version's binaries and the JobSet controller
-# (the end-to-end suite), the other versions (the API-version suites), the autoscaler, the kubelet
-# (the install suite).
+# In the order the suites need them (hack/test-all.sh): helm, the default version's binaries and the
+# JobSet controller (the end-to-end suite), the kubelet (the install suite; quick once the default
+# version's modules are built), the autoscaler, and last the other versions (the API-version suites,
+# which run last so that their builds, the longest from cold caches, overlap every suite before them).
 bash hack/build-helm.sh >/dev/null; built helm $?
 K8S_VERSION="$K8S_VERSION" bash hack/build-binaries.sh; built "$K8S_VERSION" $?
 bash hack/build-jobset.sh >/dev/null; built "jobset $JOBSET_VERSION" $?
+K8S_VERSION="$K8S_VERSION" bash hack/build-kubelet.sh; built "kubelet $K8S_VERSION" $?
+bash hack/build-autoscaler.sh >/dev/null; built cluster-autoscaler $?
 for version in "${versions[@]}"; do
   [[ "$version" != "$K8S_VERSION" ]] || continue
   K8S_VERSION="$version" bash hack/build-binaries.sh; built "$version" $?
 done
-bash hack/build-autoscaler.sh >/dev/null; built cluster-autoscaler $?
-K8S_VERSION="$K8S_VERSION" bash hack/build-kubelet.sh; built "kubelet $K8S_VERSION" $?

@@ -7,11 +7,12 @@
 #      controller) whose scheduler calls Quorum, and the install checks of the Helm
 #      chart and the kustomize manifests against it, and the images built from the Dockerfile run against it (podman),
 #      on the default Kubernetes version (K8S_VERSION),
-#   4. the API-version suite (tests marked api_suite) on every other version of
-#      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own,
-#   5. the Job-workload suite (the Job controller writes the PodGroups: WorkloadWithJob on), the
-#      autoscaler suite, and the install suite (the chart and the manifests installed on a
-#      cluster with one real node), each on a cluster of its own.
+#   4. the Job-workload suite (the Job controller writes the PodGroups: WorkloadWithJob on), the
+#      install suite (the chart and the manifests installed on a cluster with one real node) and
+#      the autoscaler suite, each on a cluster of its own,
+#   5. the API-version suite (tests marked api_suite) on every other version of
+#      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own: last, so that those
+#      versions' builds (the longest with cold caches) overlap every suite before them.
 # Every cluster is started with the CRDs of tests/e2e/crds and stopped afterwards.
 # A failing or empty (pytest exit code 5) test run fails the script, with the exit
 # code of the first one that failed; the other versions still run, and a summary
@@ -113,17 +114,18 @@ e2e_on() {
 rc=0
 e2e_on "$K8S_VERSION" "end-to-end suite" e2e --jobset || rc=$?
 ((first_rc != 0)) || first_rc=$rc
-for version in "${versions[@]}"; do
-  [[ "$version" != "$K8S_VERSION" ]] || continue
-  rc=0
-  e2e_on "$version" "API-version suite" "e2e and api_suite" || rc=$?
-  ((first_rc != 0)) || first_rc=$rc
-done
 
 # Jobs whose PodGroup the Job controller writes, as with WorkloadWithJob (alpha in 1.37) on
 # (tests/e2e/test_job_workloads.py).
 rc=0
 e2e_on "$K8S_VERSION" "Job-workload suite" job_workloads --job-workloads --blocks 1 --racks 2 --nodes 4 \
+  || rc=$?
+((first_rc != 0)) || first_rc=$rc
+
+# Quorum installed as users install it: the Helm chart and the kustomize manifests on a cluster with
+# one real node (kubelet + containerd) and no process-started scheduler (tests/e2e/test_helm_install.py).
+rc=0
+e2e_on "$K8S_VERSION" "install suite" install --real-node --no-scheduler --blocks 1 --racks 2 --nodes 4 \
   || rc=$?
 ((first_rc != 0)) || first_rc=$rc
 
@@ -134,12 +136,14 @@ AUTOSCALER_MAX=6 AUTOSCALER_BOOTING=1 e2e_on "$K8S_VERSION" "autoscaler suite" a
   || rc=$?
 ((first_rc != 0)) || first_rc=$rc
 
-# Quorum installed as users install it: the Helm chart and the kustomize manifests on a cluster with
-# one real node (kubelet + containerd) and no process-started scheduler (tests/e2e/test_helm_install.py).
-rc=0
-e2e_on "$K8S_VERSION" "install suite" install --real-node --no-scheduler --blocks 1 --racks 2 --nodes 4 \
-  || rc=$?
-((first_rc != 0)) || first_rc=$rc
+# Each API version's gang vocabulary on a cluster of that version; last, so that the builds of the
+# other versions (the longest from cold caches) overlap every suite above.
+for version in "${versions[@]}"; do
+  [[ "$version" != "$K8S_VERSION" ]] || continue
+  rc=0
+  e2e_on "$version" "API-version suite" "e2e and api_suite" || rc=$?
+  ((first_rc != 0)) || first_rc=$rc
+done
 
 step "summary"
 printf '%s\n' "${summary[@]}"
