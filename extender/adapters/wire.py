@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..cluster.conventions import declared_by_pod, gang_key_of_pod, yielding_gang_key
+from ..cluster.jobsets import jobset_member
 from ..cluster.records import GangSpec, PodRecord, pod_record
 from ..cluster.resources import QuantityError
 from ..gang.gates import FilterDecision
@@ -113,7 +114,8 @@ def _pod(doc: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     check_spec(object_or_null(pod.get("spec"), "Pod.spec"))
     strings(object_or_null(pod.get("status"), "Pod.status"), ("phase",), "Pod.status")
     try:
-        record = pod_record(pod, gang_key_of_pod(pod), yielding_gang_key(pod))
+        named = gang_key_of_pod(pod)
+        record = pod_record(pod, named, yielding_gang_key(pod), jobset_member(pod) if named is None else None)
     except (QuantityError, ValueError, ArithmeticError) as exc:
         # ArithmeticError: a quantity whose exponent overflows the decimal context or an int.
         raise WireError(f"Pod.spec: invalid resource quantity: {exc}") from None

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from itertools import chain
 from typing import Any
 
-from .basic_groups import BasicGroups
 from .cache_events import (
     CACHES_SYNCED,
     CAPACITY_FREED,
@@ -34,6 +34,7 @@ from .cache_events import (
 from .declarations import Declarations, object_id
 from .dra.accounting import DeviceAccounting
 from .dra.inventory import ALL_NODES, Changes, DeviceInventory
+from .filing import PodFiling, Refiling
 from .membership import Membership
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
@@ -63,7 +64,7 @@ class ClusterCache:
         self.declarations = Declarations(OBJECT_PRECEDENCE)
         self.membership = Membership(self.declarations)
         self.gang_members = self.membership.gang_members  # gang key -> member uids (read-only)
-        self.basic_groups = BasicGroups(self.declarations)  # pods whose labels name a gang of their own
+        self.filing = PodFiling(self.declarations)  # gangs that depend on a basic PodGroup or a JobSet
         # Pods holding capacity per topology domain prefix (level depth, path) — for scoring pods
         # outside gangs towards domains that are already in use.
         self.domain_pods: dict[str, int] = {}
@@ -228,7 +229,7 @@ class ClusterCache:
         uid = (obj.get("metadata") or {}).get("uid", "")
         if not uid:
             return
-        gang_key = self.basic_groups.gang_key(uid, obj)
+        gang_key = self.filing.gang_key(uid, obj)
         record = pod_record(obj, gang_key)
         moved = self._devices_changed(self.device_accounting.with_devices(record, obj))
         old = self.pods.get(record.uid)
@@ -261,7 +262,7 @@ class ClusterCache:
         self._drop_pod(uid)
 
     def _drop_pod(self, uid: str) -> None:
-        self.basic_groups.forget(uid)
+        self.filing.forget(uid)
         record = self.pods.pop(uid, None)
         if record is None:
             return
@@ -284,8 +285,8 @@ class ClusterCache:
     # --- gang objects --------------------------------------------------------------------
     def upsert_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
         declared, gone = self.declarations.put_object(source, obj)
-        for pod in self.basic_groups.misfiled([*declared, *gone]):  # before the gang events go out
-            self.upsert_pod(pod)
+        # Pods moved first: the gang events below then find them in their new gangs.
+        self._refile(self.filing.object_changed(source.name, object_id(obj), obj, [*declared, *gone]))
         for key in gone:
             self._emit_gang(GANG_REMOVED, key)
         for key in declared:
@@ -293,8 +294,7 @@ class ClusterCache:
 
     def delete_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
         gone = self.declarations.drop_object(source.name, object_id(obj))
-        for pod in self.basic_groups.misfiled(gone):
-            self.upsert_pod(pod)
+        self._refile(self.filing.object_changed(source.name, object_id(obj), None, gone))
         for key in gone:
             self._emit_gang(GANG_REMOVED, key)
 
@@ -304,11 +304,27 @@ class ClusterCache:
         def delete(ident: str) -> None:
             namespace, name = ident.split("/", 1)
             self.delete_gang_object(source, {"metadata": {"namespace": namespace, "name": name}})
+        self._refile(self.filing.kind_listed(source.name, served=bool(source.api_version)))
         rejected = relist(objs, lambda o: f"{_meta(o, 'namespace')}/{_meta(o, 'name')}",
                           self.declarations.objects_of(source.name), delete,
                           lambda obj: self.upsert_gang_object(source, obj))
         self.set_synced(source.name, True)
         return rejected
+
+    def _refile(self, refiling: Refiling) -> None:
+        for pod in refiling.pods:
+            self.upsert_pod(pod)
+        for uid, key in refiling.moves:
+            old = self.pods.get(uid)
+            if old is None or old.gang_key == key:
+                continue
+            record = replace(old, gang_key=key)
+            left_gang = old.gang_key is not None
+            self._replace_pod(old, record, left_gang)
+            if key:
+                self.membership.enter(key, uid, None, self.filing.topology(uid))
+            for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, key)):
+                self._emit(event)
 
     def _emit_gang(self, kind: str, key: str) -> None:
         """Tell of one declared gang; a podGroup of a v1alpha1 Workload stands for its replicas."""

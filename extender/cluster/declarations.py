@@ -55,8 +55,9 @@ class Declarations:
 
     def declared_by_object(self, key: str) -> bool:
         """Whether an API object (not the members' annotations) declares the gang."""
-        lookup = template_key(key) or key
-        return any(lookup in self.by_source[name] for name in self.precedence)
+        template = template_key(key)
+        return any(key in self.by_source[name] or (template is not None and template in self.by_source[name])
+                   for name in self.precedence)
 
     def object_count(self) -> int:
         return sum(len(specs) for specs in self.by_source.values())

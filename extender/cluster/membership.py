@@ -1,6 +1,6 @@
 """Which pods are in which gang, and what the members' own annotations declare of it.
 
-The cache decides a pod's gang (``conventions.py``, ``basic_groups.py``); this index follows the
+The cache decides a pod's gang (``conventions.py``, ``filing.py``); this index follows the
 pod in and out of it, and keeps the members' declarations with ``declarations.py`` (an index entry
 is dropped with its last member, so gangs coming and going never grow it).
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from .conventions import spec_from_pod, topology_of_pod
+from .conventions import MemberTopology, spec_from_pod, topology_of_pod
 from .declarations import Declarations
+from .records import GangSpec
 
 
 class Membership:
@@ -22,9 +23,11 @@ class Membership:
     def join(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
         """Index a gang member and the declaration its annotations carry; returns the gang key
         when the gang's declaration changed (the caller tells the coordinator after the pod's events)."""
+        return self.enter(gang_key, uid, spec_from_pod(obj), topology_of_pod(obj))
+
+    def enter(self, gang_key: str, uid: str, spec: GangSpec | None, topology: MemberTopology | None) -> str:
+        """``join`` with what the member's annotations declare already read."""
         self.gang_members[gang_key].add(uid)
-        spec = spec_from_pod(obj)
-        topology = topology_of_pod(obj)
         if spec is None and topology is None:
             return ""
         before = self._declarations.spec(gang_key)

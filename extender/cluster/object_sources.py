@@ -18,6 +18,7 @@ from .conventions import (
     spec_from_native_podgroup,
     specs_from_workload_v1alpha1,
 )
+from .jobsets import JOBSET_API, JOBSETS, specs_from_jobset
 from .records import GangSpec
 
 # Reads one object into the gangs it declares (most declare one; a v1alpha1 Workload several).
@@ -72,6 +73,10 @@ GANG_OBJECT_KINDS = (
                    lambda _version: specs_from_workload_v1alpha1),
     GangObjectKind("coscheduling", "podgroups", (COSCHEDULING_API,), _one(spec_from_crd_podgroup)),
     GangObjectKind("volcano", "podgroups", (VOLCANO_API,), _one(spec_from_crd_podgroup)),
+    # A JobSet that asks for gangs (``quorum.dev/jobset-gang``) declares them itself; last, so that
+    # a PodGroup of the same name always wins.
+    GangObjectKind(JOBSETS, "jobsets", (JOBSET_API,),
+                   lambda version: lambda obj: specs_from_jobset(obj, version)),
 )
 # Which object wins when several declare the same gang (docs/conventions.md).
 OBJECT_PRECEDENCE = tuple(kind.name for kind in GANG_OBJECT_KINDS)

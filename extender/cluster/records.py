@@ -28,6 +28,21 @@ class NodeRecord:
     ready: bool = True  # the node's Ready condition (a node that reports none is taken as ready)
 
 
+@dataclass(frozen=True, slots=True)
+class JobSetMember:
+    """Where a pod stands in its JobSet, from the labels JobSet gave it (``jobsets.py``)."""
+
+    namespace: str
+    jobset: str
+    replicated_job: str
+    job_index: int
+    attempt: int
+
+    @property
+    def jobset_key(self) -> str:
+        return f"{self.namespace}/{self.jobset}"
+
+
 @dataclass(slots=True)
 class PodRecord:
     uid: str
@@ -51,6 +66,7 @@ class PodRecord:
     apart: MembersApart | None = None  # how it repels its gang mates (required anti-affinity), if at all
     rank: tuple[int, ...] = ()  # (job, completion index) of an Indexed Job's pod; () when it has none
     yielding_gang: str | None = None  # its labels' gang, if its PodGroup is basic (basic_groups.py)
+    jobset: JobSetMember | None = None  # a JobSet's pod that names no gang: its JobSet decides (requests)
 
     @property
     def key(self) -> str:
@@ -192,7 +208,8 @@ def domain_paths(domains: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(paths)
 
 
-def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | None = None) -> PodRecord:
+def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | None = None,
+               jobset: JobSetMember | None = None) -> PodRecord:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     status = obj.get("status") or {}
@@ -219,6 +236,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | N
         apart=members_apart(spec, meta) if "affinity" in spec or _SPREAD in spec else None,
         rank=pod_rank(meta),
         yielding_gang=yielding_gang,
+        jobset=jobset,
     )
 
 

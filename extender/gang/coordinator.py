@@ -147,7 +147,7 @@ class Coordinator:
         if known is not None:
             pod = known  # the cache's view of the pod (and of its gang) wins over the request's
         else:
-            pod = self.cache.basic_groups.resolve(pod)
+            pod = self.cache.filing.resolve(pod)
             self.binder.note_pod(pod)  # its bind may come before the watch shows it
         key = pod.gang_key
         if key is None:
@@ -352,7 +352,7 @@ class Coordinator:
     # ------------------------------------------------------------------ prioritize
     def prioritize(self, pod: PodRecord, candidates: list[str]) -> ScoreTable:
         known = self.cache.pods.get(pod.uid)
-        return self.scorer.scores((known or self.cache.basic_groups.resolve(pod)).gang_key)
+        return self.scorer.scores((known or self.cache.filing.resolve(pod)).gang_key)
 
     # ------------------------------------------------------------------ bind
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> str:
@@ -366,7 +366,7 @@ class Coordinator:
         known = self.cache.pods.get(pod.uid)
         try:
             return preemption.gang_aware(self.core, self.registry, self.queue,
-                                         known or self.cache.basic_groups.resolve(pod), victims,
+                                         known or self.cache.filing.resolve(pod), victims,
                                          self.retry.note_preemption_refused)
         finally:
             self._verify("preempt")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cluster.jobsets import declaring_kind
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
 from .core import Core, alive_count
@@ -147,7 +148,7 @@ def protect_reservations(core: Core, pod: PodRecord, candidates: list[str],
 def declaration_gate(core: Core, key: str, spec: GangSpec | None, pod: PodRecord,
                      candidates: list[str]) -> FilterDecision | None:
     if spec is None:
-        return reject_all(candidates, f"gang {key}: waiting for its PodGroup to exist")
+        return reject_all(candidates, f"gang {key}: waiting for its {declaring_kind(key)} to exist")
     if spec.problem or spec.min_count < 1:
         problem = spec.problem or f"invalid min count {spec.min_count}"
         return reject_all(candidates, f"gang {key}: {problem} ({spec.source})")

@@ -108,6 +108,8 @@ class CacheReactions:
     def _on_pod_removed(self, event: CacheEvent) -> None:
         core = self.core
         core.ledger.clear_inflight(event.key)
+        if self.retry.is_parked(event.key):
+            self._wake_if_ungrouped(event)
         self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
@@ -123,6 +125,13 @@ class CacheReactions:
             self.lifecycle.review(event.pod.gang_key, sync=False)
             self.provisioner.members_left(event.pod.gang_key)
             self._settle(event.pod.gang_key)
+
+    def _wake_if_ungrouped(self, event: CacheEvent) -> None:
+        """A pod Quorum turned away as a member that is in no gang any more (its JobSet asks for
+        none): kube-scheduler sees no event that would retry it, so Quorum does."""
+        pod = self.core.cache.pods.get(event.key)
+        if pod is not None and pod.pending and pod.gang_key is None and event.pod is not None:
+            self.core.requeue(event.pod.gang_key or "", [pod], "left the gang, schedules on its own")
 
     def _on_member_ready(self, event: CacheEvent) -> None:
         if event.pod is not None:

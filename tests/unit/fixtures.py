@@ -22,6 +22,7 @@ from extender.adapters.events import EventRecorder
 from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.cache import ClusterCache
 from extender.cluster.conventions import declared_by_pod, gang_key_of_pod, yielding_gang_key
+from extender.cluster.jobsets import jobset_member
 from extender.cluster.records import GangSpec, PodRecord, pod_record
 from extender.config import Config, GangTimings
 from extender.gang.coordinator import Coordinator, FilterDecision
@@ -62,7 +63,9 @@ __all__ = [
 
 def typed(obj: dict[str, Any]) -> tuple[PodRecord, GangSpec | None]:
     """The pod as the wire layer hands it to the core."""
-    return pod_record(obj, gang_key_of_pod(obj), yielding_gang_key(obj)), declared_by_pod(obj)
+    named = gang_key_of_pod(obj)
+    jobset = jobset_member(obj) if named is None else None
+    return pod_record(obj, named, yielding_gang_key(obj), jobset), declared_by_pod(obj)
 
 
 class World:

@@ -70,11 +70,11 @@ def test_a_pod_with_no_gang_of_its_own_stays_in_its_basic_podgroup_and_nothing_i
     plain = gang_pod("p0", podgroup=JOB_GROUP)
     cache.upsert_pod(plain)
     assert members(cache, f"ml/{JOB_GROUP}") == ["p0"]
-    assert cache.basic_groups.misfiled([f"ml/{JOB_GROUP}"]) == []
+    assert cache.filing.basic_groups.misfiled([f"ml/{JOB_GROUP}"]) == []
     cache.upsert_pod(annotated("t0"))
     cache.delete_pod(annotated("t0"))
-    assert cache.basic_groups.misfiled([f"ml/{JOB_GROUP}"]) == []
-    assert not cache.basic_groups._naming  # a deleted pod is not kept
+    assert cache.filing.basic_groups.misfiled([f"ml/{JOB_GROUP}"]) == []
+    assert not cache.filing.basic_groups._naming  # a deleted pod is not kept
 
 
 async def test_an_annotated_gang_under_a_basic_podgroup_binds_whole_or_not_at_all() -> None:

@@ -269,7 +269,7 @@ async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> 
     informer.start()
     await eventually(lambda: all(cache.synced.values()))
     tasks = list(informer._tasks)
-    assert len(tasks) == 10  # nodes, pods, the four kinds of gang object and the four DRA kinds
+    assert len(tasks) == 11  # nodes, pods, the five kinds of gang object and the four DRA kinds
     await informer.stop()
     assert all(task.done() for task in tasks)
     assert informer._tasks == []
@@ -364,7 +364,7 @@ async def test_not_ready_while_a_watch_backs_off(
     await eventually(informer.healthy)  # the watch is accepted again after 0.5 s
     assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching",
                                  "workloads": ABSENT, "coscheduling": ABSENT, "volcano": ABSENT,
-                                 **dict.fromkeys(DRA_KINDS, "watching")}
+                                 "jobsets": ABSENT, **dict.fromkeys(DRA_KINDS, "watching")}
     assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100"]
 
 
