@@ -23,7 +23,9 @@ from extender.cluster.conventions import (
     scheduling_group_key,
     yielding_gang_key,
 )
-from extender.cluster.records import pod_record
+from extender.cluster.jobsets import JOBSETS, jobset_member
+from extender.cluster.object_sources import GANG_OBJECT_KINDS
+from extender.cluster.records import PodRecord, pod_record
 from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
 from extender.topology.model import fits
@@ -107,6 +109,19 @@ def node(name: str, gpus: int) -> Obj:
 
 # Annotation gangs whose pods also name a PodGroup (WorkloadWithJob: basic unless it asks for a gang).
 JOB_GROUPS = {"a1": "j0"}
+# A JobSet whose pods name no gang: it decides (one gang, one per Job, or none) with two Jobs.
+JOBSET = "s0"
+JOBSET_SOURCE = next(k for k in GANG_OBJECT_KINDS if k.name == JOBSETS).source("jobset.x-k8s.io/v1alpha2")
+
+
+def jobset(level: str | None, pods_per_job: int) -> Obj:
+    """JobSet ``s0``: replicated job ``workers``, two Jobs of ``pods_per_job`` pods."""
+    annotations = {} if level is None else {"quorum.dev/jobset-gang": level}
+    job = {"parallelism": pods_per_job, "completions": pods_per_job}
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": JOBSET, "namespace": NAMESPACE, "uid": "uid-js", "annotations": annotations},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": job}}]},
+            "status": {"restarts": 0}}
 
 
 def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: str | None = None,
@@ -158,6 +173,7 @@ class ClusterModel:
         self.nodes: dict[str, Obj] = {}
         self.pods: dict[str, Obj] = {}
         self.podgroups: dict[str, Obj] = {}
+        self.jobsets: dict[str, Obj] = {}
         self.cache = ClusterCache(LEVEL_LABELS)
         self.watch = "now"  # when new pods and bindings reach the cache: "now", "later" or "manual"
         self.api_delay = 0.0
@@ -183,17 +199,47 @@ class ClusterModel:
 
     def filed(self, obj: Obj) -> str | None:
         """The pod's gang as the cluster's objects say: a basic PodGroup yields to the gang the
-        pod's annotations name (the Job controller's PodGroup of an annotated Job)."""
+        pod's annotations name (the Job controller's PodGroup of an annotated Job); a JobSet's pod
+        that names none is in its JobSet's gang (while the JobSet is unknown: the JobSet's key)."""
         named, group = yielding_gang_key(obj), scheduling_group_key(obj)
         if named is not None and group is not None:
             podgroup = self.podgroups.get(group.split("/", 1)[1])
             if podgroup is not None and "gang" not in podgroup["spec"]["schedulingPolicy"]:
                 return named
-        return gang_key_of_pod(obj)
+        key = gang_key_of_pod(obj)
+        labels = obj["metadata"].get("labels") or {}
+        if key is not None or labels.get("jobset.sigs.k8s.io/jobset-name") != JOBSET:
+            return key
+        level = self._jobset_level()
+        if level == "job":
+            return f"{NAMESPACE}/{JOBSET}/workers.{labels['jobset.sigs.k8s.io/job-index']}/attempt.0"
+        return f"{NAMESPACE}/{JOBSET}/attempt.0"
+
+    def held_for_jobset(self, uid: str) -> bool:
+        """A JobSet's pod that names no gang, while its JobSet does not exist: Quorum holds it."""
+        obj = self.pods.get(uid)
+        if obj is None or gang_key_of_pod(obj) is not None or JOBSET in self.jobsets:
+            return False
+        return (obj["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == JOBSET
+
+    def _jobset_level(self) -> str | None:
+        obj = self.jobsets.get(JOBSET)
+        return None if obj is None else obj["metadata"]["annotations"].get("quorum.dev/jobset-gang")
+
+    def _jobset_min_count(self, gang: str) -> int:
+        """A JobSet gang's size: both Jobs' pods for the whole JobSet, one Job's for a Job."""
+        level = self._jobset_level()
+        pods = int(self.jobsets[JOBSET]["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"]) \
+            if JOBSET in self.jobsets else 0
+        if level == "jobset" and gang == f"{NAMESPACE}/{JOBSET}/attempt.0":
+            return 2 * pods
+        return pods if level == "job" and gang != f"{NAMESPACE}/{JOBSET}/attempt.0" else 0
 
     def min_count(self, gang: str) -> int:
         """The quorum the cluster's objects ask for (0 when the gang is not a valid gang now)."""
         name = gang.split("/", 1)[1]
+        if name.startswith(f"{JOBSET}/"):
+            return self._jobset_min_count(gang)
         if name in self.podgroups:
             policy = self.podgroups[name]["spec"]["schedulingPolicy"]
             return int(policy["gang"]["minCount"]) if "gang" in policy else 0
@@ -242,6 +288,13 @@ class ClusterModel:
         name = f"{gang or 'p'}-{self._seq}"
         if gang is None or gang in groups:
             return pod(name, gpus, group=gang, priority=priority)
+        if gang == JOBSET:  # JobSet's labels, no gang of its own: two Jobs, filled in turn
+            obj = pod(name, gpus, priority=priority)
+            obj["metadata"]["labels"] = {"jobset.sigs.k8s.io/jobset-name": JOBSET,
+                                         "jobset.sigs.k8s.io/replicatedjob-name": "workers",
+                                         "jobset.sigs.k8s.io/job-index": str(self._seq % 2),
+                                         "jobset.sigs.k8s.io/restart-attempt": "0"}
+            return obj
         job_group = JOB_GROUPS.get(gang)  # the PodGroup the Job controller writes for an annotated Job
         first = next((o for o in self.pods.values() if named_gang_key(o) == f"{NAMESPACE}/{gang}"), None)
         annotations = {"quorum.dev/gang": gang, "quorum.dev/min-count": str(min_count)}
@@ -314,6 +367,8 @@ class ClusterModel:
         call = Call(uid, gang, self.min_count(gang) if gang else 0, self.running(gang) if gang else set(),
                     self.tick)
         self.calls.append(call)
+        if self.held_for_jobset(uid):
+            self.bound_alone.append(f"{name} to {node_name}: released while its JobSet does not exist")
         self.binding[uid] = (gang, node_name)
         try:
             await asyncio.sleep(self.api_delay)
@@ -349,10 +404,18 @@ class ClusterModel:
         return True
 
     def annotate_gang(self, namespace: str, name: str, annotations: dict[str, str | None]) -> bool:
-        """Quorum's bookkeeping on the PodGroup, delivered back through the watch."""
-        obj = self.podgroups.get(name)
+        """Quorum's bookkeeping on the PodGroup (or the JobSet), delivered back through the watch."""
+        obj = self.podgroups.get(name) or self.jobsets.get(name)
         if obj is None:
             return False
         merge_annotations(obj["metadata"].setdefault("annotations", {}), annotations)
-        self.cache.upsert_podgroup(obj)
+        if name in self.podgroups:
+            self.cache.upsert_podgroup(obj)
+        else:
+            self.cache.upsert_gang_object(JOBSET_SOURCE, obj)
         return True
+
+    def request_record(self, obj: Obj) -> PodRecord:
+        """The pod as a request carries it (the wire's reading)."""
+        named = gang_key_of_pod(obj)
+        return pod_record(obj, named, yielding_gang_key(obj), jobset_member(obj) if named is None else None)

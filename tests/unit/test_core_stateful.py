@@ -26,9 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from extender.cluster.cache import ClusterCache
-from extender.cluster.conventions import gang_key_of_pod, yielding_gang_key
 from extender.cluster.gang_sources import spec_from_annotations
-from extender.cluster.records import pod_record
 from extender.config import Config, GangTimings, Lifecycle, Preemption, Starvation
 from extender.gang import evictions
 from extender.gang.coordinator import Coordinator
@@ -37,6 +35,8 @@ from extender.metrics import Metrics
 
 from .core_world import (
     JOB_GROUPS,
+    JOBSET,
+    JOBSET_SOURCE,
     LEVEL_LABELS,
     NAMESPACE,
     NODE_NAMES,
@@ -45,6 +45,7 @@ from .core_world import (
     VirtualClockLoop,
     bound_node,
     claiming,
+    jobset,
     node,
     podgroup,
 )
@@ -61,7 +62,7 @@ CONFIG = replace(Config(), gang=GangTimings(bind_timeout_seconds=TIMEOUT, backof
 ANNOTATION_GANGS = ("a0", "a1")
 GROUPS = ("g0", "g1")
 CLAIMED = (*ANNOTATION_GANGS, *GROUPS, "z9")  # gangs a request may name; "z9" exists nowhere
-GANG = st.sampled_from((*ANNOTATION_GANGS, *GROUPS, None))  # None: a plain pod
+GANG = st.sampled_from((*ANNOTATION_GANGS, *GROUPS, JOBSET, None))  # None: a plain pod
 GPUS = st.sampled_from([1, 2, 2, 4, 8])
 PRIORITY = st.sampled_from([0, 0, 100])
 
@@ -89,6 +90,7 @@ class CoreMachine(RuleBasedStateMachine):
         self.coordinator = self._start()
         self.answers: dict[str, str] = {}  # uid -> node its last filter passed (the scheduler assumes it)
         self.binds: dict[str, asyncio.Task[str]] = {}  # kube-scheduler's bind calls
+        self.jobset_seen = False  # the JobSet existed once (running pods may predate a change)
         self.bind_node: dict[str, str] = {}
 
     def _start(self) -> Coordinator:
@@ -106,6 +108,7 @@ class CoreMachine(RuleBasedStateMachine):
         def fill() -> None:
             cache.replace_nodes(list(self.model.nodes.values()))
             cache.replace_podgroups(list(self.model.podgroups.values()))
+            cache.replace_gang_objects(JOBSET_SOURCE, list(self.model.jobsets.values()))
             cache.replace_pods(list(self.model.pods.values()))
         self.loop.run(fill)
         return coordinator
@@ -173,6 +176,9 @@ class CoreMachine(RuleBasedStateMachine):
         """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
         if gang in GROUPS and gang not in self.model.podgroups and count != "one":
             self.podgroup_changes(gang, min_count, rack, priority, single)
+        if gang == JOBSET and JOBSET not in self.model.jobsets and count != "one" and not rack:
+            # (with ``rack``, the pods come first, as when Quorum's watch delivers them before it)
+            self.jobset_changes("job" if single else "jobset", max(1, min_count // 2))
         extra = {"one": 1 - min_count, "quorum": 0, "more": 1, "fewer": -1}[count]
         for _ in range(max(1, min_count + extra)):
             obj = self.model.new_pod(gang, gpus, min_count, rack, GROUPS, priority)
@@ -253,6 +259,26 @@ class CoreMachine(RuleBasedStateMachine):
         self.loop.run(lambda: self.model.cache.upsert_podgroup(obj))
         self._disturb_moved(before)
 
+    @rule(level=st.sampled_from(["gone", None, "jobset", "job"]), pods_per_job=st.integers(1, 2))
+    def jobset_changes(self, level: str | None, pods_per_job: int) -> None:
+        """The JobSet comes, changes what it asks for (one gang, one per Job, none) or its size, or
+        goes: its pods move between gangs, whether the watch delivered them before it or after."""
+        before = self._running_gangs()
+        if level == "gone":
+            obj = self.model.jobsets.pop(JOBSET, jobset(None, 1))
+            self.loop.run(lambda: self.model.cache.delete_gang_object(JOBSET_SOURCE, obj))
+        else:
+            existed = JOBSET in self.model.jobsets or self.jobset_seen
+            self.jobset_seen = True
+            obj = self.model.jobsets[JOBSET] = jobset(level, pods_per_job)
+            for gang in {g for g in before.values() if g and g.startswith(f"{NAMESPACE}/{JOBSET}/")}:
+                # The size raised over members already running. Not when the JobSet first arrives:
+                # until then Quorum must hold its pods, so none may be running short of it.
+                if existed and 0 < len(self.model.running(gang)) < self.model.min_count(gang):
+                    self.model.disturbed.add(gang)
+            self.loop.run(lambda: self.model.cache.upsert_gang_object(JOBSET_SOURCE, obj))
+        self._disturb_moved(before)
+
     def _running_gangs(self) -> dict[str, str | None]:
         """uid -> gang of every pod running or being bound."""
         return {u: self.model.gang_of(u) for u in self.model.pods
@@ -271,7 +297,7 @@ class CoreMachine(RuleBasedStateMachine):
         candidates = self.candidates(self.model.pods[uid])
         if subset and candidates and data.draw(st.booleans(), label="subset"):
             candidates = data.draw(st.lists(st.sampled_from(candidates), unique=True), label="candidates")
-        record = pod_record(obj, gang_key_of_pod(obj), yielding_gang_key(obj))
+        record = self.model.request_record(obj)
         declared = spec_from_annotations(obj)
         claim = self.coordinator.queue.claim
         decision = self.loop.run(lambda: self.coordinator.filter(record, declared, candidates))
@@ -335,7 +361,7 @@ class CoreMachine(RuleBasedStateMachine):
             entry = proposed.setdefault(where, {"Pods": [], "NumPDBViolations": 0})
             entry["Pods"].append({"UID": victim})
         obj = self.model.pods[uid]
-        record = pod_record(obj, gang_key_of_pod(obj), yielding_gang_key(obj))
+        record = self.model.request_record(obj)
         kept = self.loop.run(lambda: self.coordinator.preempt(record, proposed))
         for node_name, entry in kept.items():
             assert node_name in proposed
