@@ -54,6 +54,7 @@ class Kind:
     delete: Callable[[dict[str, Any]], None]
     discover: GangObjectKind | None = None  # a gang object kind: its version is found at run time
     optional: bool = False  # a 404 means the API is not served: synced and empty (DRA before 1.34)
+    listing: Callable[[], None] | None = None  # told just before the full list is asked for
 
 
 def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG_OBJECT_KINDS,
@@ -63,7 +64,8 @@ def kinds_for(cache: ClusterCache, gang_kinds: tuple[GangObjectKind, ...] = GANG
     return [
         Kind("nodes", "/api/v1/nodes", cache.replace_nodes, cache.upsert_node,
              lambda o: cache.delete_node((o.get("metadata") or {}).get("name", ""))),
-        Kind("pods", "/api/v1/pods", cache.replace_pods, cache.upsert_pod, cache.delete_pod),
+        Kind("pods", "/api/v1/pods", cache.replace_pods, cache.upsert_pod, cache.delete_pod,
+             listing=cache.listing_pods),
         *(Kind(g.name, "", unbound, unbound, unbound, discover=g) for g in gang_kinds),
         *device_kinds(cache),
         *([Kind(SCALE_UPS, SCALE_UP_PATH, functools.partial(_replace_scale_ups, cache),
@@ -187,6 +189,8 @@ class Informer:
     async def _list(self, kind: Kind) -> str:
         """List and replace the kind; objects the cache cannot take are reported, not fatal."""
         self._state[kind.name] = LISTING
+        if kind.listing is not None:
+            kind.listing()
         items, version = await self.client.list_objects(kind.path)
         for obj, exc in kind.replace(items):
             self._reject(kind.name, obj, exc)

@@ -26,6 +26,7 @@ from .cache_events import (
     NODE_READINESS,
     NODE_REMOVED,
     POD_REMOVED,
+    PODS_LISTED,
     CacheEvent,
     Listener,
     lifecycle_events,
@@ -38,19 +39,13 @@ from .filing import PodFiling, Refiling
 from .membership import Membership
 from .object_sources import NATIVE_PODGROUPS, OBJECT_PRECEDENCE, GangObjectSource
 from .records import GangSpec, NodeRecord, PodRecord, grew, node_record, pod_record, shrank
-from .relist import Rejected, relist
+from .relist import Rejected, meta_field, relist
 from .resources import Resources, add_into, beyond_capacity, subtract_into
 from .scale_ups import ScaleUpTable
 
 # Told of an object whose quantities were clamped (kind, "namespace/name" or node name, resources):
 # it is kept, but can never fit, so whoever wires the cache reports it.
 ClampedHook = Callable[[str, str, list[str]], None]
-
-
-# Informer kinds that declare no gangs (the rest are gang objects).
-_NOT_GANG_OBJECTS = frozenset(
-    ("nodes", "pods", "deviceclasses", "resourceslices", "resourceclaimtemplates", "resourceclaims",
-     "provisioningrequests"))
 
 
 class ClusterCache:
@@ -88,6 +83,7 @@ class ClusterCache:
         self.devices = DeviceInventory()
         self.device_accounting = DeviceAccounting(self.devices, self.pods, self._free)
         self.scale_ups = ScaleUpTable()  # the ProvisioningRequests Quorum made, and their answers
+        self.pod_lists_started = 0  # full lists of pods asked for (``listing_pods``)
 
     # --- helpers -------------------------------------------------------------------------
     def _emit(self, event: CacheEvent) -> None:
@@ -159,7 +155,7 @@ class ClusterCache:
 
     def gang_objects_synced(self) -> bool:
         """Every kind of gang object listed (or known not to be served)."""
-        return all(synced for kind, synced in self.synced.items() if kind not in _NOT_GANG_OBJECTS)
+        return all(synced for kind, synced in self.synced.items() if kind in OBJECT_PRECEDENCE)
 
     # --- nodes ---------------------------------------------------------------------------
     def upsert_node(self, obj: dict[str, Any]) -> None:
@@ -220,7 +216,8 @@ class ClusterCache:
 
     def replace_nodes(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         """Load a full list (``relist.py``)."""
-        rejected = relist(objs, lambda o: _meta(o, "name"), self.nodes, self.delete_node, self.upsert_node)
+        rejected = relist(objs, lambda o: meta_field(o, "name"), self.nodes, self.delete_node,
+                          self.upsert_node)
         self.set_synced("nodes", True)
         return rejected
 
@@ -264,7 +261,8 @@ class ClusterCache:
     def _drop_pod(self, uid: str) -> None:
         self.filing.forget(uid)
         record = self.pods.pop(uid, None)
-        if record is None:
+        if record is None:  # never taken (rejected): what Quorum counted for it goes all the same
+            self._emit(CacheEvent(POD_REMOVED, uid))
             return
         self._account(record, -1)
         moved = self._devices_changed(self.devices.drop_pod(uid))
@@ -276,9 +274,15 @@ class ClusterCache:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
         self._emit_devices_moved(moved)
 
+    def listing_pods(self) -> None:
+        """The informer is about to ask for the full list of pods: a bind counted before then and
+        absent from the list is of a pod deleted meanwhile (the ledger lets it go on PODS_LISTED)."""
+        self.pod_lists_started += 1
+
     def replace_pods(self, objs: Iterable[dict[str, Any]]) -> list[Rejected]:
         """Load a full list (``relist.py``); a pod that cannot be taken keeps its last good record."""
-        rejected = relist(objs, lambda o: _meta(o, "uid"), self.pods, self._drop_pod, self.upsert_pod)
+        rejected = relist(objs, lambda o: meta_field(o, "uid"), self.pods, self._drop_pod, self.upsert_pod)
+        self._emit(CacheEvent(PODS_LISTED, str(self.pod_lists_started)))
         self.set_synced("pods", True)
         return rejected
 
@@ -305,7 +309,7 @@ class ClusterCache:
             namespace, name = ident.split("/", 1)
             self.delete_gang_object(source, {"metadata": {"namespace": namespace, "name": name}})
         self._refile(self.filing.kind_listed(source.name, served=bool(source.api_version)))
-        rejected = relist(objs, lambda o: f"{_meta(o, 'namespace')}/{_meta(o, 'name')}",
+        rejected = relist(objs, lambda o: f"{meta_field(o, 'namespace')}/{meta_field(o, 'name')}",
                           self.declarations.objects_of(source.name), delete,
                           lambda obj: self.upsert_gang_object(source, obj))
         self.set_synced(source.name, True)
@@ -393,8 +397,3 @@ class ClusterCache:
             **self.devices.counts(),  # DRA: slices, claims, classes, and the device kinds asked for
         }
 
-
-def _meta(obj: Any, field: str) -> str:
-    """One metadata field of an object of any shape ("" when absent), for keying a relist."""
-    meta = obj.get("metadata") if isinstance(obj, dict) else None
-    return str(meta.get(field) or "") if isinstance(meta, dict) else ""

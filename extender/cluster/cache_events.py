@@ -39,6 +39,8 @@ MEMBER_HEALTH = "member-health"
 NODE_READINESS = "node-readiness"  # a node's Ready condition changed
 # DRA devices on a node were freed or taken (``key`` "" when every node may have moved).
 DEVICES_MOVED = "devices-moved"
+# A full list of pods was loaded: ``key`` is the number of the list (``ClusterCache.listing_pods``).
+PODS_LISTED = "pods-listed"
 # Every kind is listed and being watched: after a start, or after a watch was down. ``key`` is "".
 CACHES_SYNCED = "caches-synced"
 

@@ -31,3 +31,9 @@ def relist(objs: Iterable[T], key: Callable[[T], str], known: Iterable[str],
         except Exception as exc:  # any object the table cannot take: reported by the caller
             rejected.append((obj, exc))
     return rejected
+
+
+def meta_field(obj: Any, field: str) -> str:
+    """One metadata field of an object of any shape ("" when absent), for keying a relist."""
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    return str(meta.get(field) or "") if isinstance(meta, dict) else ""

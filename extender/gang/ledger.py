@@ -51,6 +51,7 @@ class CapacityLedger:
         # Members whose bind went through before the watch ever showed their pod: who they are.
         self._inflight_unseen: dict[str, PodRecord] = {}
         self._inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
+        self._inflight_since: dict[str, int] = {}  # uid -> pod lists asked for when it was marked
         self.reservation_version = 0
         self.inflight_version = 0
         self._protected_key: tuple[int, int, int] = (-1, -1, -1)
@@ -143,6 +144,7 @@ class CapacityLedger:
             if pod is not None and uid not in self.cache.pods:
                 self._inflight_unseen[uid] = pod
         self._inflight_on_node.setdefault(node, {})[uid] = requests
+        self._inflight_since[uid] = self.cache.pod_lists_started
         self.inflight_version += 1
 
     def clear_inflight(self, uid: str) -> None:
@@ -151,6 +153,7 @@ class CapacityLedger:
             return
         self._inflight_gang.pop(uid, None)
         self._inflight_unseen.pop(uid, None)
+        del self._inflight_since[uid]
         node = entry[0]
         per_node = self._inflight_on_node[node]
         del per_node[uid]
@@ -160,6 +163,18 @@ class CapacityLedger:
 
     def is_inflight(self, uid: str) -> bool:
         return uid in self._inflight
+
+    def inflight_gang(self, uid: str) -> str:
+        """The gang a bind in flight counts for ("" for none)."""
+        return self._inflight_gang.get(uid, "")
+
+    def unlisted(self, list_number: int) -> dict[str, str]:
+        """In-flight binds marked before pod list ``list_number`` was asked for, of pods the cache
+        does not hold once that list is loaded: the pod existed when marked, so it was deleted before
+        the list, unseen by the watch (created, bound and deleted while it was down), and no watch
+        event will ever clear its mark. uid -> the gang it counted for ("" for none)."""
+        return {uid: self._inflight_gang.get(uid, "") for uid, since in self._inflight_since.items()
+                if since < list_number and uid not in self.cache.pods}
 
     def claim_nodes(self, gang: str) -> list[ClaimNode]:
         """Every node with the capacity ``gang`` may use, as claims and displacements read it."""
@@ -262,6 +277,8 @@ class CapacityLedger:
             expected.setdefault(node, set()).add(uid)
         if inflight_nodes != expected:
             problems.append("ledger: in-flight binds per node do not match the in-flight pods")
+        if self._inflight_since.keys() != self._inflight.keys():
+            problems.append("ledger: in-flight binds and their list numbers name different pods")
         return problems
 
     def overcommitted(self) -> list[str]:

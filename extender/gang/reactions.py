@@ -25,6 +25,7 @@ from ..cluster.cache_events import (
     NODE_REMOVED,
     POD_BOUND,
     POD_REMOVED,
+    PODS_LISTED,
     CacheEvent,
 )
 from ..cluster.records import GangSpec
@@ -107,6 +108,8 @@ class CacheReactions:
 
     def _on_pod_removed(self, event: CacheEvent) -> None:
         core = self.core
+        # A pod the cache never took (``event.pod`` None) counted for its gang through its bind alone.
+        unseen_of = core.ledger.inflight_gang(event.key) if event.pod is None else ""
         core.ledger.clear_inflight(event.key)
         if self.retry.is_parked(event.key):
             self._wake_if_ungrouped(event)
@@ -125,6 +128,7 @@ class CacheReactions:
             self.lifecycle.review(event.pod.gang_key, sync=False)
             self.provisioner.members_left(event.pod.gang_key)
             self._settle(event.pod.gang_key)
+        self._recount(unseen_of)
 
     def _wake_if_ungrouped(self, event: CacheEvent) -> None:
         """A pod Quorum turned away as a member that is in no gang any more (its JobSet asks for
@@ -132,6 +136,24 @@ class CacheReactions:
         pod = self.core.cache.pods.get(event.key)
         if pod is not None and pod.pending and pod.gang_key is None and event.pod is not None:
             self.core.requeue(event.pod.gang_key or "", [pod], "left the gang, schedules on its own")
+
+    def _on_pods_listed(self, event: CacheEvent) -> None:
+        """A full list of pods is in: binds Quorum still counts for pods it does not hold were of
+        pods deleted while the watch was away; nothing else will ever let them go."""
+        for uid, gang in self.core.ledger.unlisted(int(event.key)).items():
+            self.core.ledger.clear_inflight(uid)
+            self.retry.unpark(uid)
+            self.binder.forget_member(uid)
+            self._recount(gang)
+        self.retry.schedule_recheck()
+
+    def _recount(self, gang: str) -> None:
+        """A member the gang counted through its bind in flight alone is gone."""
+        state = self.registry.gangs.get(gang) if gang else None
+        if state is not None:
+            self.registry.sync(state, f"gang {gang}: a member bound while the watch was away is gone")
+            self._members_changed(gang)
+            self.lifecycle.review(gang)
 
     def _on_member_ready(self, event: CacheEvent) -> None:
         if event.pod is not None:
@@ -271,6 +293,7 @@ class CacheReactions:
         NODE_READINESS: _on_node_readiness,
         POD_BOUND: _on_pod_bound,
         POD_REMOVED: _on_pod_removed,
+        PODS_LISTED: _on_pods_listed,
         NODE_REMOVED: _on_node_removed,
         NODE_CHANGED: _on_node_changed,
         DEVICES_MOVED: _on_devices_moved,

@@ -178,6 +178,9 @@ class ClusterModel:
         self.watch = "now"  # when new pods and bindings reach the cache: "now", "later" or "manual"
         self.api_delay = 0.0
         self.unseen: set[str] = set()  # created or bound here, not yet delivered to the cache
+        # Deleted while their events were held (watch "manual"): the watch tells it all later, in
+        # order, or it is down and the cache learns only from a relist that lacks them.
+        self.vanished: dict[str, Obj] = {}
         self.refuse: set[str] = set()  # uids whose next binding the apiserver refuses
         self.binding: dict[str, tuple[str | None, str]] = {}  # uid -> (gang, node) of calls under way
         self.calls: list[Call] = []
@@ -320,9 +323,16 @@ class ClusterModel:
         self.cache.upsert_pod(obj)
 
     def drop_pod(self, uid: str) -> None:
+        """A pod is deleted; a watch keeps each object's events in order, so one it has not shown
+        yet reaches the cache before its deletion does."""
         obj = self.pods.pop(uid)
         self.former_gangs[uid] = self.filed(obj)
-        self.unseen.discard(uid)
+        if uid in self.unseen:
+            self.unseen.discard(uid)
+            if self.watch == "manual":
+                self.vanished[uid] = obj
+                return
+            self.cache.upsert_pod(obj)
         self.cache.delete_pod(obj)
 
     def deliver(self, uid: str) -> None:
@@ -331,8 +341,21 @@ class ClusterModel:
             self.put_pod(self.pods[uid])
 
     def deliver_all(self) -> None:
+        """The watch catches up with every event it held."""
         for uid in sorted(self.unseen):
             self.deliver(uid)
+        for obj in self.vanished.values():
+            self.cache.upsert_pod(obj)
+            self.cache.delete_pod(obj)
+        self.vanished.clear()
+
+    def relist(self) -> None:
+        """The watch was down too long (410 Gone): the informer lists the pods instead; what
+        happened meanwhile to pods created and deleted in between is never told."""
+        self.cache.listing_pods()
+        self.unseen.clear()
+        self.vanished.clear()
+        self.cache.replace_pods(list(self.pods.values()))
 
     def bind(self, uid: str, node_name: str) -> None:
         obj = self.pods[uid]

@@ -97,6 +97,7 @@ class CoreMachine(RuleBasedStateMachine):
         """A Quorum process: a fresh cache listed from the cluster, a coordinator on top."""
         cache = self.model.cache = ClusterCache(LEVEL_LABELS)
         self.model.unseen.clear()
+        self.model.vanished.clear()
         self.actions = FakeActions(self.model)
         self.actions.refuse_eviction, self.actions.refuse_real_eviction = self.budget, self.race
         coordinator = Coordinator(CONFIG, cache, self.actions, Metrics(), clock=self.loop.time, strict=True)
@@ -474,12 +475,15 @@ class CoreMachine(RuleBasedStateMachine):
         self.loop.advance(seconds)
 
     @rule(watch=st.sampled_from(["now", "later", "manual"]), delay=st.sampled_from([0.0, 0.0, 0.02]),
-          catch_up=st.booleans())
-    def apiserver_behaves(self, watch: str, delay: float, catch_up: bool) -> None:
-        """When bindings reach the cache, how long a binding call takes; maybe the watch catches up."""
+          catch_up=st.sampled_from(["no", "no", "events", "relist"]))
+    def apiserver_behaves(self, watch: str, delay: float, catch_up: str) -> None:
+        """When bindings reach the cache, how long a binding call takes; maybe the watch catches up
+        (with every event it held, or, having been down too long, by a relist)."""
         self.model.watch, self.model.api_delay = watch, delay
-        if catch_up:
+        if catch_up == "events":
             self.loop.run(self.model.deliver_all)
+        elif catch_up == "relist":
+            self.loop.run(self.model.relist)
 
     @precondition(lambda self: self.coordinator.reserved_nodes() or self.open_binds() or self.model.binding)
     @rule()
@@ -496,6 +500,15 @@ class CoreMachine(RuleBasedStateMachine):
         assert self.loop.errors == [], self.loop.errors
         problems = self.coordinator.check_invariants()
         assert problems == [], problems
+
+    @invariant()
+    def binds_in_flight_are_of_pods_that_exist(self) -> None:
+        """A bind Quorum counts before the watch shows it is of a pod that exists, one whose
+        deletion the cache has not been told of yet, or one whose binding call is still under way."""
+        model = self.model
+        leaked = [uid for uid in self.coordinator.core.ledger.inflight()
+                  if uid not in model.pods and uid not in model.vanished and uid not in model.binding]
+        assert leaked == [], f"binds in flight of pods long gone: {leaked}"
 
     @invariant()
     def one_gang_per_pod(self) -> None:

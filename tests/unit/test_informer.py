@@ -16,7 +16,7 @@ import pytest
 from extender.adapters.informer import ABSENT, BACKOFF, STOPPED, Informer
 from extender.adapters.kube import ApiError, Gone
 from extender.cluster.cache import ClusterCache
-from extender.cluster.cache_events import CACHES_SYNCED, CacheEvent
+from extender.cluster.cache_events import CACHES_SYNCED, PODS_LISTED, CacheEvent
 from extender.metrics import Metrics
 
 from .fake_apiserver import NODES, PODGROUPS, PODS, EndWatch, FakeApiserver
@@ -112,6 +112,31 @@ async def test_list_then_watch_events_then_relist_on_gone(
     assert restarts(metrics, "nodes", "gone") == 0
     assert kube.lists_of(NODES) == 1  # other kinds are not relisted
     assert all(cache.synced.values())
+
+
+async def test_each_pod_list_is_announced_to_the_cache_before_it_is_asked_for(
+    cache: ClusterCache, run: Callable[..., Informer]
+) -> None:
+    """Binds counted before a list was asked for, of pods it lacks, are of deleted pods; one counted
+    while it was on its way may be of a pod created after it (the ledger tells them apart by this)."""
+    kube = FakeApiserver()
+    seen: list[int] = []
+    asked = kube.list_objects
+
+    async def list_objects(path: str) -> tuple[list[dict[str, Any]], str]:
+        if path == PODS:
+            seen.append(cache.pod_lists_started)
+        return await asked(path)
+
+    kube.list_objects = list_objects  # type: ignore[method-assign]
+    kube.lists[PODS] = [([], "100"), ([], "200")]
+    kube.watches[PODS] = [[Gone(410, "too old resource version: 100 (101)")]]
+    listed: list[str] = []
+    cache.listeners.append(lambda e: listed.append(e.key) if e.kind == PODS_LISTED else None)
+    run(kube)
+    await eventually(lambda: len(listed) >= 2)
+    assert seen[:2] == [1, 2]
+    assert listed[:2] == ["1", "2"]
 
 
 async def test_events_apply_to_cache_in_order(cache: ClusterCache, run: Callable[..., Informer]) -> None:
