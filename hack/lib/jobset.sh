@@ -31,7 +31,7 @@ YAML
   log "starting the JobSet controller (webhooks on 127.0.0.1:$JOBSET_WEBHOOK_PORT)"
   KUBECONFIG="$ADMIN_KUBECONFIG" start jobset "$bin" --config "$dir/config.yaml"
   wait_for jobset "ready (/readyz)" curl -sf --max-time 3 "http://127.0.0.1:$JOBSET_HEALTH_PORT/readyz"
-  "$PYTHON" "$ROOT/hack/lib/jobset_webhooks.py" "$src/config/components/webhook" \
-    "https://127.0.0.1:$JOBSET_WEBHOOK_PORT" "$PKI_DIR/ca.crt" >"$dir/webhooks.yaml"
+  "$PYTHON" "$ROOT/hack/lib/webhooks.py" "$src/config/components/webhook" \
+    "https://127.0.0.1:$JOBSET_WEBHOOK_PORT" "$PKI_DIR/ca.crt" jobset >"$dir/webhooks.yaml"
   kubectl_admin apply -f "$dir/webhooks.yaml" >/dev/null
 }
