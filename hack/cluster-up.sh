@@ -24,6 +24,9 @@
 #                                    for installing them (tests/e2e/test_helm_install.py)
 #   --jobset                         also run the real JobSet controller (JOBSET_VERSION), its CRD
 #                                    and its webhooks (hack/lib/jobset.sh)
+#   --kueue                          also run real Kueue (KUEUE_VERSION), its CRDs and its webhooks
+#                                    for Jobs (and JobSets with --jobset); KUEUE_PODS_READY_TIMEOUT
+#                                    (e.g. 30s) turns its waitForPodsReady on (hack/lib/kueue.sh)
 #   --job-workloads                  turn on WorkloadWithJob (alpha, 1.37+) in the apiserver and the
 #                                    controller-manager: the Job controller writes a Workload and a
 #                                    PodGroup for every Job that names none
@@ -62,6 +65,7 @@ QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
 AUTOSCALER="${AUTOSCALER:-0}"
 REAL_NODE_UP="${REAL_NODE_UP:-0}"
 JOBSET_UP="${JOBSET_UP:-0}"
+KUEUE_UP="${KUEUE_UP:-0}"
 JOB_WORKLOADS="${JOB_WORKLOADS:-0}"
 SCHEDULER_OFF="${SCHEDULER_OFF:-0}"
 QUORUM_CONFIG="${QUORUM_CONFIG:-$ROOT/scheduler-config/quorum.yaml}"
@@ -115,6 +119,7 @@ while (($#)); do
     --autoscaler) AUTOSCALER=1; shift ;;
     --real-node) REAL_NODE_UP=1; shift ;;
     --jobset) JOBSET_UP=1; shift ;;
+    --kueue) KUEUE_UP=1; shift ;;
     --job-workloads) JOB_WORKLOADS=1; shift ;;
     --no-scheduler) SCHEDULER_OFF=1; QUORUM_EXTERNAL=1; shift ;;
     --manifests) [[ $# -ge 2 ]] || die "--manifests needs a directory"; EXTRA_MANIFESTS="$2"; shift 2 ;;
@@ -509,6 +514,11 @@ if [[ "$JOBSET_UP" == 1 ]]; then
   # shellcheck source=hack/lib/jobset.sh
   source "$ROOT/hack/lib/jobset.sh"
   jobset_up
+fi
+if [[ "$KUEUE_UP" == 1 ]]; then
+  # shellcheck source=hack/lib/kueue.sh
+  source "$ROOT/hack/lib/kueue.sh"
+  kueue_up
 fi
 if grep -Eq '^[^#]*provisioningRequests:[[:space:]]*true' "$QUORUM_CONFIG"; then
   kubectl_admin apply -f "$ROOT/manifests/scale-up-requests.yaml" >/dev/null  # the same, for scale-up

@@ -24,7 +24,9 @@ QUORUM_PORT="${QUORUM_PORT:-8888}"
 # native-scheduler: the second kube-scheduler bench/cluster_bench.py starts, if it is still running.
 # cluster-autoscaler (cluster-up --autoscaler) stops first: on SIGTERM it deletes its nodes.
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler kwok quorum
-            cluster-autoscaler jobset)
+            cluster-autoscaler jobset kueue)
+# Kueue runs in a container (hack/lib/kueue.sh): removed even if its podman process was killed.
+KUEUE_CONTAINER="quorum-kueue-${KUEUE_WEBHOOK_PORT:-19543}"
 
 log() { printf '[%s] %s\n' "$(basename "$0" .sh)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -61,11 +63,17 @@ stop_component() {
 }
 
 stop_all() {
-  local i
+  local i kueue=0
+  [[ ! -f "$PID_DIR/kueue.pid" ]] || kueue=1
   node_cleanup
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do
     stop_component "${COMPONENTS[i]}"
   done
+  if ((kueue)); then
+    # shellcheck source=hack/lib/podman.sh
+    source "$ROOT/hack/lib/podman.sh"
+    podman_cmd rm --force --ignore "$KUEUE_CONTAINER" >/dev/null 2>&1 || true
+  fi
 }
 
 # port_in_use PORT succeeds if something accepts connections on 127.0.0.1:PORT.

@@ -8,3 +8,4 @@ K8S_VERSIONS="${K8S_VERSIONS:-v1.35.4 v1.36.3 v1.37.2}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.22.0}" # helm, built from its Go module (hack/build-helm.sh)
 JOBSET_VERSION="${JOBSET_VERSION:-v0.11.0}" # the JobSet controller, built from its Go module (hack/build-jobset.sh)
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}" # Kueue, built from its Go module (hack/build-kueue.sh)
