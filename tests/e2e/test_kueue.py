@@ -1,0 +1,175 @@
+"""Jobs and JobSets admitted by the real Kueue (``hack/cluster-up.sh --jobset --kueue``), then bound
+whole by Quorum.
+
+The split of duties (docs/kueue.md): Kueue owns quota and admission, and with topology-aware
+scheduling it picks the domain (here a rack) and pins each pod to it with a nodeSelector when it
+lifts its ``kueue.x-k8s.io/topology`` scheduling gate. Quorum owns the whole-gang bind inside what
+Kueue admitted: kube-scheduler offers it only the nodes of that rack, and Quorum places the gang
+among them or binds none of it. A workload Kueue has not admitted stays suspended: no pod exists to
+bind. Each test was seen to fail with the behaviour broken (docs/kueue.md says how).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from .cluster import Kube, Settings, Topology
+from .lifecycle_support import job_manifest, job_pods, live_bound
+from .scenario import Scenario, node_of
+from .test_jobset import create as create_jobset
+from .test_jobset import require_jobset
+from .test_jobset_gangs import jobset, jobset_pods, replicated_job
+
+pytestmark = pytest.mark.controllers
+
+KUEUE, V = "kueue.x-k8s.io", "v1beta2"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
+# Racks are Kueue's lowest level here: it pins a workload's pods to one rack, and Quorum places them
+# inside it. (With kubernetes.io/hostname as the lowest level, as tests/e2e/crds' quorum-e2e
+# Topology has, Kueue pins each pod to a node of its own: docs/kueue.md says what then happens.)
+TOPOLOGY, FLAVOR = "quorum-e2e-racks", "quorum-e2e-gpus"
+ROOMY, TIGHT = "quorum-e2e-roomy", "quorum-e2e-tight"  # ClusterQueues: all GPUs; one GPU
+
+
+def require_kueue(kube: Kube) -> None:
+    try:
+        kube.custom.list_cluster_custom_object(KUEUE, V, "clusterqueues", _request_timeout=10)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        pytest.fail("the Kueue API is not served: start the cluster with hack/cluster-up.sh --jobset "
+                    "--kueue (hack/test-all.sh does)")
+
+
+@pytest.fixture(scope="module")
+def cluster_queues(kube: Kube, settings: Settings, topology: Topology) -> Iterator[dict[str, str]]:
+    """A Topology of the cluster's block and rack labels, a ResourceFlavor of the GPU nodes on it,
+    and two ClusterQueues: one with every GPU of the cluster, one with a single GPU. Names carry a
+    token of this run, so that objects an earlier run left (being deleted) are never reused."""
+    require_kueue(kube)
+    token = secrets.token_hex(3)
+    names = {"topology": f"{TOPOLOGY}-{token}", "flavor": f"{FLAVOR}-{token}",
+             ROOMY: f"{ROOMY}-{token}", TIGHT: f"{TIGHT}-{token}"}
+    gpus = sum(len(nodes) for nodes in topology.racks.values()) * topology.gpus_per_node
+    levels = [{"nodeLabel": settings.block_label}, {"nodeLabel": settings.rack_label}]
+    flavor = {"nodeLabels": {"type": "kwok"}, "topologyName": names["topology"]}
+    made = [("topologies", {"apiVersion": f"{KUEUE}/{V}", "kind": "Topology",
+                            "metadata": {"name": names["topology"]}, "spec": {"levels": levels}}),
+            ("resourceflavors", {"apiVersion": f"{KUEUE}/{V}", "kind": "ResourceFlavor",
+                                 "metadata": {"name": names["flavor"]}, "spec": flavor})]
+    for queue, quota in ((ROOMY, gpus), (TIGHT, 1)):
+        made.append(("clusterqueues", {
+            "apiVersion": f"{KUEUE}/{V}", "kind": "ClusterQueue", "metadata": {"name": names[queue]},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{
+                "coveredResources": ["cpu", settings.gpu_resource],
+                "flavors": [{"name": names["flavor"], "resources": [
+                    {"name": "cpu", "nominalQuota": "10000"},
+                    {"name": settings.gpu_resource, "nominalQuota": str(quota)}]}]}]}}))
+    for plural, body in made:
+        kube.custom.create_cluster_custom_object(KUEUE, V, plural, body, _request_timeout=30)
+    yield names
+    for plural, body in reversed(made):  # best effort: Kueue lets them go once no workload uses them
+        try:
+            kube.custom.delete_cluster_custom_object(KUEUE, V, plural, body["metadata"]["name"],
+                                                     _request_timeout=30)
+        except ApiException:
+            pass
+
+
+@pytest.fixture
+def queues(scenario: Scenario, cluster_queues: dict[str, str]) -> dict[str, str]:
+    """A LocalQueue of each ClusterQueue in the test's namespace; their names by ClusterQueue."""
+    local = {}
+    for queue in (ROOMY, TIGHT):
+        local[queue] = queue.removeprefix("quorum-e2e-")
+        scenario.kube.custom.create_namespaced_custom_object(KUEUE, V, scenario.ns, "localqueues", {
+            "apiVersion": f"{KUEUE}/{V}", "kind": "LocalQueue", "metadata": {"name": local[queue]},
+            "spec": {"clusterQueue": cluster_queues[queue]}}, _request_timeout=30)
+    return local
+
+
+def queued(manifest: dict[str, Any], queue: str, template: dict[str, Any], rack_label: str) -> None:
+    """Name the LocalQueue on the workload and ask Kueue for one rack in its pod template."""
+    manifest["metadata"].setdefault("labels", {})[QUEUE_LABEL] = queue
+    template["metadata"].setdefault("annotations", {})[REQUIRED_TOPOLOGY] = rack_label
+
+
+def workloads(sc: Scenario) -> list[dict[str, Any]]:
+    found = sc.kube.custom.list_namespaced_custom_object(KUEUE, V, sc.ns, "workloads", _request_timeout=30)
+    return list(found.get("items") or [])
+
+
+def admitted(workload: dict[str, Any]) -> bool:
+    conditions = (workload.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Admitted" and c.get("status") == "True" for c in conditions)
+
+
+def pinned_racks(sc: Scenario, pods: list[dict[str, Any]]) -> set[str]:
+    """The racks Kueue pinned the pods to (its nodeSelector, set when it lifted its gate)."""
+    return {(p["spec"].get("nodeSelector") or {}).get(sc.settings.rack_label, "") for p in pods}
+
+
+def test_a_kueue_admitted_job_binds_whole_inside_the_rack_kueue_assigned(
+        scenario: Scenario, queues: dict[str, str]) -> None:
+    sc, topo = scenario, scenario.topo
+    size = min(len(nodes) for nodes in topo.racks.values())
+    job = job_manifest(sc.settings, "admitted", size, gpus=topo.gpus_per_node, gang="admitted")
+    queued(job, queues[ROOMY], job["spec"]["template"], sc.settings.rack_label)
+    sc.kube.create_job(sc.ns, job)
+    placement = sc.wait_for(f"all {size} pods of the Kueue-admitted Job bound",
+                            lambda: live_bound(sc, "admitted", size), timeout=120)
+    pods = job_pods(sc.kube, sc.ns, "admitted")
+    assert all(admitted(w) for w in workloads(sc)), "bound before Kueue admitted the workload"
+    racks = pinned_racks(sc, pods)
+    assert len(racks) == 1 and "" not in racks, f"Kueue pins every pod to one rack: {racks}"
+    bound_racks, _ = sc.racks_and_blocks(placement)
+    assert bound_racks == racks, f"bound in {bound_racks}, Kueue assigned {racks}: {placement}"
+    gates = [g.get("name") for p in pods for g in p["spec"].get("schedulingGates") or []]
+    assert TOPOLOGY_GATE not in gates, "bound while Kueue's topology gate was on"
+    sc.finish()
+
+
+def test_a_job_kueue_has_not_admitted_binds_nothing(scenario: Scenario, queues: dict[str, str]) -> None:
+    """Its ClusterQueue has one GPU; the Job needs two nodes' worth: Kueue keeps it suspended."""
+    sc, topo = scenario, scenario.topo
+    job = job_manifest(sc.settings, "waiting", 2, gpus=topo.gpus_per_node, gang="waiting")
+    queued(job, queues[TIGHT], job["spec"]["template"], sc.settings.rack_label)
+    sc.kube.create_job(sc.ns, job)
+    sc.wait_for("Kueue's Workload for the Job", lambda: workloads(sc) or None, timeout=60)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        bound = {p["metadata"]["name"]: node_of(p) for p in job_pods(sc.kube, sc.ns, "waiting") if node_of(p)}
+        assert not bound, f"pods of a Job Kueue has not admitted got bound: {bound}"
+        time.sleep(0.5)
+    assert not any(admitted(w) for w in workloads(sc))
+    sc.finish()
+
+
+def test_a_kueue_admitted_jobset_binds_whole_inside_the_rack_kueue_assigned(
+        scenario: Scenario, queues: dict[str, str]) -> None:
+    """A JobSet that asks Quorum for one gang of all its pods (``quorum.dev/jobset-gang``)."""
+    sc, topo = scenario, scenario.topo
+    require_jobset(sc)
+    size = min(len(nodes) for nodes in topo.racks.values())
+    parts = [replicated_job(sc, "leader", 1, 1, topo.gpus_per_node, "kq-js", size),
+             replicated_job(sc, "workers", 1, size - 1, topo.gpus_per_node, "kq-js", size)]
+    body = jobset("kq", parts, jobset_gang="jobset")
+    for part in parts:
+        queued(body, queues[ROOMY], part["template"]["spec"]["template"], sc.settings.rack_label)
+    create_jobset(sc, body)
+    names = jobset_pods(sc, "kq", size, timeout=90)
+    placement = sc.wait_bound(names, timeout=120, what=f"all {size} pods of the Kueue-admitted JobSet bound")
+    pods = list(sc.pods_named(names).values())
+    racks = pinned_racks(sc, pods)
+    assert len(racks) == 1 and "" not in racks, f"Kueue pins every pod to one rack: {racks}"
+    bound_racks, _ = sc.racks_and_blocks(placement)
+    assert bound_racks == racks, f"bound in {bound_racks}, Kueue assigned {racks}: {placement}"
+    sc.finish()
