@@ -26,6 +26,7 @@ class NodeRecord:
     # missing. Strings cache their hash, which keeps per-node lookups on the request path cheap.
     paths: tuple[str, ...] = ()
     ready: bool = True  # the node's Ready condition (a node that reports none is taken as ready)
+    hostname: str = ""  # its kubernetes.io/hostname label (its name when it has none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class PodRecord:
     rank: tuple[int, ...] = ()  # (job, completion index) of an Indexed Job's pod; () when it has none
     yielding_gang: str | None = None  # its labels' gang, if its PodGroup is basic (basic_groups.py)
     jobset: JobSetMember | None = None  # a JobSet's pod that names no gang: its JobSet decides (requests)
+    node_selector: tuple[tuple[str, str], ...] = ()  # spec.nodeSelector, sorted (pins.py reads it)
 
     @property
     def key(self) -> str:
@@ -187,6 +189,7 @@ def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecor
         pods_allocatable=pods,
         paths=domain_paths(domains),
         ready=_condition(status, "Ready") not in ("False", "Unknown"),
+        hostname=str(labels.get(HOSTNAME_LABEL) or name),
     )
 
 
@@ -237,7 +240,14 @@ def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | N
         rank=pod_rank(meta),
         yielding_gang=yielding_gang,
         jobset=jobset,
+        node_selector=_node_selector(spec.get("nodeSelector")),
     )
+
+
+def _node_selector(selector: Any) -> tuple[tuple[str, str], ...]:
+    if not selector or not isinstance(selector, dict):
+        return ()
+    return tuple(sorted((str(k), str(v)) for k, v in selector.items()))
 
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"

@@ -249,10 +249,11 @@ class Coordinator:
 
     def _plan_backfill(self, g: GateInput, pending: dict[str, PodRecord],
                        bound_nodes: list[str]) -> Placement | NoFit:
-        """Plan the gang on the member's candidates (and its mates' nominated nodes), outside the
+        """Plan the gang on the member's candidates (and its mates' nominated or pinned nodes), outside the
         head-of-line claim it must keep off; a no-fit the claim caused says so."""
         state = g.state
         candidates = self.planner.with_mates_nominations(g.candidates, pending, g.pod.uid)
+        candidates = self.planner.with_mates_pins(candidates, pending, g.pod.uid)
         widened = candidates is not g.candidates  # by nodes the member itself was not offered
         self.queue.refresh()  # the queue's upkeep before a placement: the claim it must keep off
         claim, candidates = self.queue.outside_claim(state.key, candidates)  # backfill

@@ -10,9 +10,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
+from ..cluster.pins import Pins, describe, node_matches, pinned_nodes, topology_pins
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
-from ..topology.apart import resolve_apart
+from ..topology.apart import Apart, resolve_apart
+from ..topology.pinned import PinnedGroup, place_pinned
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slice_repair import place_replacements_in_slices
 from ..topology.slices import place_sliced
@@ -31,14 +33,16 @@ def honour_nominations(assignment: Mapping[str, str], pending: Mapping[str, PodR
     """The same placement with members of equal requests swapped, so that a member nominated to a
     node of the placement is reserved there, and the member being filtered gets a node it was
     offered (see ``Planner.with_mates_nominations``). Swapping equal requests keeps every node's
-    total unchanged; members that cannot be matched keep their place."""
+    total unchanged; only members with the same nodeSelector swap (it may pin them); members that
+    cannot be matched keep their place."""
     out = dict(assignment)
     pinned = {uid for uid, node in out.items() if pending[uid].nominated_node == node}
 
     def swap_into(uid: str, eligible: Callable[[str], bool]) -> bool:
         for other, node in out.items():
             if other != uid and other not in pinned and eligible(node) and \
-                    pending[other].requests == pending[uid].requests:
+                    pending[other].requests == pending[uid].requests and \
+                    pending[other].node_selector == pending[uid].node_selector:
                 out[uid], out[other] = node, out[uid]
                 return True
         return False
@@ -173,6 +177,7 @@ class Planner:
         result: Placement | NoFit = NoFit("no members to place")
         for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes)):
             members = [Member(m.uid, m.requests, m.rank) for m in group]
+            pins = self._pin_groups(group)
             if slices is not None and spec.slice_size and not bound_nodes:
                 result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
                                       spec.slice_size, apart)
@@ -180,11 +185,34 @@ class Planner:
                 # Replacements for lost members of a running gang go back into their slices' domains.
                 result = place_replacements_in_slices(nodes, members, self.level_names, slices,
                                                       spec.slice_size, self._slice_paths(bound_nodes, slices))
+            elif pins is not None:
+                result = self._place_pinned(nodes, members, pins, required, preferred, apart)
             else:
                 result = place_gang(nodes, members, self.level_names, required, preferred, apart)
             if isinstance(result, Placement):
                 break
         return result
+
+    def _pin_groups(self, group: list[PodRecord]) -> dict[Pins, set[str]] | None:
+        """The members' uids by what their nodeSelectors pin, when they are not all pinned alike
+        (None, the common case: kube-scheduler offered the filtered member the nodes of them all)."""
+        labels = self.level_labels
+        first = topology_pins(group[0], labels) if group else ()
+        if all(topology_pins(m, labels) == first for m in group[1:]):
+            return None
+        out: dict[Pins, set[str]] = {}
+        for m in group:
+            out.setdefault(topology_pins(m, labels), set()).add(m.uid)
+        return out
+
+    def _place_pinned(self, nodes: list[CandidateNode], members: list[Member], pins: dict[Pins, set[str]],
+                      required: int | None, preferred: int | None, apart: Apart | None) -> Placement | NoFit:
+        """Members pinned to different domains (``topology/pinned.py``), each group on its nodes."""
+        records, labels = self.core.cache.nodes, self.level_labels
+        groups = [PinnedGroup(describe(p), [n for n in nodes if node_matches(records[n.name], p, labels)],
+                              [m for m in members if m.key in uids])
+                  for p, uids in pins.items()]
+        return place_pinned(groups, self.level_names, required, preferred, apart)
 
     def _slice_paths(self, bound_nodes: list[str], level: int) -> list[tuple[str, ...]]:
         """The slice-domain path of each running member (unknown nodes count as no domain)."""
@@ -219,6 +247,26 @@ class Planner:
         offered = set(candidates)
         extra = [node for node in nominated if node not in offered]
         return candidates + extra if extra else candidates
+
+    def with_mates_pins(self, candidates: list[str], pending: Mapping[str, PodRecord], uid: str) -> list[str]:
+        """The candidates plus the nodes the mates' nodeSelectors pin them to, when those differ from
+        the pod's own (the very same list when there are none to add).
+
+        kube-scheduler offers a pod only the nodes its own nodeSelector allows; a mate pinned
+        elsewhere (Kueue pins each member to its domain, or to its own node) can only go where its
+        pins say. Those nodes have not passed the scheduler's filters for this pod; the mate's own
+        filter call checks its node again before it binds.
+        """
+        labels = self.level_labels
+        own = topology_pins(pending[uid], labels) if uid in pending else ()
+        others = {p for m in pending.values()
+                  if m.uid != uid and (p := topology_pins(m, labels)) and p != own}
+        if not others:
+            return candidates
+        offered = set(candidates)
+        extra = {node for p in others for node in pinned_nodes(self.core.cache.nodes, p, labels)
+                 if node not in offered}
+        return candidates + sorted(extra) if extra else candidates
 
     def remember_nofit(self, state: GangState, result: NoFit, candidates: list[str]) -> str:
         reason = f"gang {state.key} {result.reason}"
