@@ -32,11 +32,14 @@ KUEUE, V = "kueue.x-k8s.io", "v1beta2"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
 TOPOLOGY_GATE = "kueue.x-k8s.io/topology"
-# Racks are Kueue's lowest level here: it pins a workload's pods to one rack, and Quorum places them
-# inside it. (With kubernetes.io/hostname as the lowest level, as tests/e2e/crds' quorum-e2e
-# Topology has, Kueue pins each pod to a node of its own: docs/kueue.md says what then happens.)
+# Racks are Kueue's lowest level in one Topology: it pins a workload's pods to one rack, and Quorum
+# places them inside it. The other ends with kubernetes.io/hostname: Kueue pins each pod to a node of
+# its own, and Quorum binds each member on its node.
 TOPOLOGY, FLAVOR = "quorum-e2e-racks", "quorum-e2e-gpus"
+HOST_TOPOLOGY, HOST_FLAVOR = "quorum-e2e-hosts", "quorum-e2e-host-gpus"
 ROOMY, TIGHT = "quorum-e2e-roomy", "quorum-e2e-tight"  # ClusterQueues: all GPUs; one GPU
+HOSTS = "quorum-e2e-hosts"  # a ClusterQueue of all GPUs on the hostname-level flavor
+HOST_LABEL = "kubernetes.io/hostname"
 
 
 def require_kueue(kube: Kube) -> None:
@@ -51,26 +54,31 @@ def require_kueue(kube: Kube) -> None:
 
 @pytest.fixture(scope="module")
 def cluster_queues(kube: Kube, settings: Settings, topology: Topology) -> Iterator[dict[str, str]]:
-    """A Topology of the cluster's block and rack labels, a ResourceFlavor of the GPU nodes on it,
-    and two ClusterQueues: one with every GPU of the cluster, one with a single GPU. Names carry a
+    """Two Topologies of the cluster's labels (block and rack; block, rack and host), a ResourceFlavor
+    of the GPU nodes on each, and three ClusterQueues: every GPU of the cluster and a single GPU on
+    the rack-level flavor, every GPU on the host-level one. Names carry a
     token of this run, so that objects an earlier run left (being deleted) are never reused."""
     require_kueue(kube)
     token = secrets.token_hex(3)
     names = {"topology": f"{TOPOLOGY}-{token}", "flavor": f"{FLAVOR}-{token}",
-             ROOMY: f"{ROOMY}-{token}", TIGHT: f"{TIGHT}-{token}"}
+             "host-topology": f"{HOST_TOPOLOGY}-{token}", "host-flavor": f"{HOST_FLAVOR}-{token}",
+             ROOMY: f"{ROOMY}-{token}", TIGHT: f"{TIGHT}-{token}", HOSTS: f"{HOSTS}-{token}"}
     gpus = sum(len(nodes) for nodes in topology.racks.values()) * topology.gpus_per_node
-    levels = [{"nodeLabel": settings.block_label}, {"nodeLabel": settings.rack_label}]
-    flavor = {"nodeLabels": {"type": "kwok"}, "topologyName": names["topology"]}
-    made = [("topologies", {"apiVersion": f"{KUEUE}/{V}", "kind": "Topology",
-                            "metadata": {"name": names["topology"]}, "spec": {"levels": levels}}),
-            ("resourceflavors", {"apiVersion": f"{KUEUE}/{V}", "kind": "ResourceFlavor",
-                                 "metadata": {"name": names["flavor"]}, "spec": flavor})]
-    for queue, quota in ((ROOMY, gpus), (TIGHT, 1)):
+    racks = [{"nodeLabel": settings.block_label}, {"nodeLabel": settings.rack_label}]
+    made: list[tuple[str, dict[str, Any]]] = []
+    for name, levels, flavor in (("topology", racks, "flavor"),
+                                 ("host-topology", [*racks, {"nodeLabel": HOST_LABEL}], "host-flavor")):
+        made.append(("topologies", {"apiVersion": f"{KUEUE}/{V}", "kind": "Topology",
+                                    "metadata": {"name": names[name]}, "spec": {"levels": levels}}))
+        made.append(("resourceflavors", {
+            "apiVersion": f"{KUEUE}/{V}", "kind": "ResourceFlavor", "metadata": {"name": names[flavor]},
+            "spec": {"nodeLabels": {"type": "kwok"}, "topologyName": names[name]}}))
+    for queue, quota, flavor in ((ROOMY, gpus, "flavor"), (TIGHT, 1, "flavor"), (HOSTS, gpus, "host-flavor")):
         made.append(("clusterqueues", {
             "apiVersion": f"{KUEUE}/{V}", "kind": "ClusterQueue", "metadata": {"name": names[queue]},
             "spec": {"namespaceSelector": {}, "resourceGroups": [{
                 "coveredResources": ["cpu", settings.gpu_resource],
-                "flavors": [{"name": names["flavor"], "resources": [
+                "flavors": [{"name": names[flavor], "resources": [
                     {"name": "cpu", "nominalQuota": "10000"},
                     {"name": settings.gpu_resource, "nominalQuota": str(quota)}]}]}]}}))
     for plural, body in made:
@@ -88,7 +96,7 @@ def cluster_queues(kube: Kube, settings: Settings, topology: Topology) -> Iterat
 def queues(scenario: Scenario, cluster_queues: dict[str, str]) -> dict[str, str]:
     """A LocalQueue of each ClusterQueue in the test's namespace; their names by ClusterQueue."""
     local = {}
-    for queue in (ROOMY, TIGHT):
+    for queue in (ROOMY, TIGHT, HOSTS):
         local[queue] = queue.removeprefix("quorum-e2e-")
         scenario.kube.custom.create_namespaced_custom_object(KUEUE, V, scenario.ns, "localqueues", {
             "apiVersion": f"{KUEUE}/{V}", "kind": "LocalQueue", "metadata": {"name": local[queue]},
@@ -117,16 +125,22 @@ def pinned_racks(sc: Scenario, pods: list[dict[str, Any]]) -> set[str]:
     return {(p["spec"].get("nodeSelector") or {}).get(sc.settings.rack_label, "") for p in pods}
 
 
+def bound_queued_job(sc: Scenario, name: str, queue: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """A Job of one rack's worth of whole-node pods through ``queue``, a gang, once all are bound:
+    (pod name -> node, the pods)."""
+    size = min(len(nodes) for nodes in sc.topo.racks.values())
+    job = job_manifest(sc.settings, name, size, gpus=sc.topo.gpus_per_node, gang=name)
+    queued(job, queue, job["spec"]["template"], sc.settings.rack_label)
+    sc.kube.create_job(sc.ns, job)
+    placement = sc.wait_for(f"all {size} pods of the Kueue-admitted Job {name} bound",
+                            lambda: live_bound(sc, name, size), timeout=120)
+    return placement, job_pods(sc.kube, sc.ns, name)
+
+
 def test_a_kueue_admitted_job_binds_whole_inside_the_rack_kueue_assigned(
         scenario: Scenario, queues: dict[str, str]) -> None:
-    sc, topo = scenario, scenario.topo
-    size = min(len(nodes) for nodes in topo.racks.values())
-    job = job_manifest(sc.settings, "admitted", size, gpus=topo.gpus_per_node, gang="admitted")
-    queued(job, queues[ROOMY], job["spec"]["template"], sc.settings.rack_label)
-    sc.kube.create_job(sc.ns, job)
-    placement = sc.wait_for(f"all {size} pods of the Kueue-admitted Job bound",
-                            lambda: live_bound(sc, "admitted", size), timeout=120)
-    pods = job_pods(sc.kube, sc.ns, "admitted")
+    sc = scenario
+    placement, pods = bound_queued_job(sc, "admitted", queues[ROOMY])
     assert all(admitted(w) for w in workloads(sc)), "bound before Kueue admitted the workload"
     racks = pinned_racks(sc, pods)
     assert len(racks) == 1 and "" not in racks, f"Kueue pins every pod to one rack: {racks}"
@@ -134,6 +148,20 @@ def test_a_kueue_admitted_job_binds_whole_inside_the_rack_kueue_assigned(
     assert bound_racks == racks, f"bound in {bound_racks}, Kueue assigned {racks}: {placement}"
     gates = [g.get("name") for p in pods for g in p["spec"].get("schedulingGates") or []]
     assert TOPOLOGY_GATE not in gates, "bound while Kueue's topology gate was on"
+    sc.finish()
+
+
+def test_a_job_kueue_pins_member_by_member_to_nodes_binds_whole_on_those_nodes(
+        scenario: Scenario, queues: dict[str, str]) -> None:
+    """A Topology whose lowest level is the host: Kueue pins each pod to a node of its own, and
+    kube-scheduler offers each member only that node; Quorum places the gang on exactly those."""
+    sc = scenario
+    placement, pods = bound_queued_job(sc, "hosts", queues[HOSTS])
+    pins = {p["metadata"]["name"]: (p["spec"].get("nodeSelector") or {}).get(HOST_LABEL, "") for p in pods}
+    assert "" not in pins.values() and len(set(pins.values())) == len(pods), \
+        f"Kueue pins each pod to a node of its own: {pins}"
+    assert {name: node for name, node in placement.items() if name in pins} == pins, \
+        f"bound {placement}, Kueue pinned {pins}"
     sc.finish()
 
 
