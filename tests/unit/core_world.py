@@ -253,6 +253,13 @@ class ClusterModel:
     def running(self, gang: str) -> set[str]:
         return {u for u, o in self.pods.items() if self.filed(o) == gang and bound_node(o)}
 
+    def running_as_told(self, gang: str) -> set[str]:
+        """The gang's running members, and those deleted while bound whose deletion the held watch
+        has not told yet: to Quorum they still run, and no one could know better without reading
+        the apiserver (a bind that completes the gang in Quorum's view is not a bind below quorum)."""
+        gone = {u for u, o in self.vanished.items() if self.filed(o) == gang and bound_node(o)}
+        return self.running(gang) | gone
+
     def gangs(self) -> set[str]:
         return {k for k in map(self.filed, self.pods.values()) if k} | \
             {f"{NAMESPACE}/{g}" for g in self.podgroups}
@@ -387,8 +394,8 @@ class ClusterModel:
         gang = self.gang_of(uid)
         self.tick += 1
         # The gang's quorum and running members as they were when Quorum released the batch.
-        call = Call(uid, gang, self.min_count(gang) if gang else 0, self.running(gang) if gang else set(),
-                    self.tick)
+        call = Call(uid, gang, self.min_count(gang) if gang else 0,
+                    self.running_as_told(gang) if gang else set(), self.tick)
         self.calls.append(call)
         if self.held_for_jobset(uid):
             self.bound_alone.append(f"{name} to {node_name}: released while its JobSet does not exist")
