@@ -6,15 +6,13 @@ requeued whole). Run with the Kueue scenarios (``-m controllers``, ``hack/cluste
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from kubernetes.client.exceptions import ApiException
 
 from .lifecycle_support import kwok_annotations, quorum_events
 from .scenario import Scenario
 from .test_jobset import GROUP, VERSION, create, require_jobset
 from .test_jobset_gangs import jobset, jobset_pods, replicated_job
+from .test_started_signal import configmap
 
 pytestmark = pytest.mark.controllers
 
@@ -23,15 +21,6 @@ def jobset_annotation(sc: Scenario, name: str, key: str) -> str | None:
     body = sc.kube.custom.get_namespaced_custom_object(GROUP, VERSION, sc.ns, "jobsets", name,
                                                        _request_timeout=30)
     return (body["metadata"].get("annotations") or {}).get(key)
-
-
-def configmap(sc: Scenario, name: str) -> dict[str, Any] | None:
-    try:
-        return sc.kube.core.read_namespaced_config_map(name, sc.ns, _request_timeout=30).to_dict()
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
 
 
 def test_a_jobset_gang_gets_its_started_signal_owned_by_the_jobset(scenario: Scenario) -> None:

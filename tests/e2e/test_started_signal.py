@@ -25,9 +25,10 @@ CONFIGMAP = "barrier-started"
 LATE = "8s"
 
 
-def configmap(sc: Scenario) -> dict[str, Any] | None:
+def configmap(sc: Scenario, name: str = CONFIGMAP) -> dict[str, Any] | None:
+    """The ConfigMap in the test's namespace, or None when it does not exist."""
     try:
-        return sc.kube.core.read_namespaced_config_map(CONFIGMAP, sc.ns, _request_timeout=30).to_dict()
+        return sc.kube.core.read_namespaced_config_map(name, sc.ns, _request_timeout=30).to_dict()
     except ApiException as exc:
         if exc.status == 404:
             return None
