@@ -69,6 +69,7 @@ class PodRecord:
     yielding_gang: str | None = None  # its labels' gang, if its PodGroup is basic (basic_groups.py)
     jobset: JobSetMember | None = None  # a JobSet's pod that names no gang: its JobSet decides (requests)
     node_selector: tuple[tuple[str, str], ...] = ()  # spec.nodeSelector, sorted (pins.py reads it)
+    kueue_admitted: bool = False  # Kueue admitted its workload: Kueue owns its readiness requeue
 
     @property
     def key(self) -> str:
@@ -241,7 +242,12 @@ def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | N
         yielding_gang=yielding_gang,
         jobset=jobset,
         node_selector=_node_selector(spec.get("nodeSelector")),
+        kueue_admitted=KUEUE_PODSET_LABEL in (meta.get("labels") or ()),
     )
+
+
+# Kueue labels the pods of every workload it admitted with the workload's pod set.
+KUEUE_PODSET_LABEL = "kueue.x-k8s.io/podset"
 
 
 def _node_selector(selector: Any) -> tuple[tuple[str, str], ...]:

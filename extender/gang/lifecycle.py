@@ -88,7 +88,8 @@ class Lifecycle:
                 notes.recovering_since = self.core.clock()
                 log.info("gang recovering", extra={"gang": state.key, "reason": reason})
             timeout = self.recovery_timeout(self.core.cache.gang_spec(state.key))
-            if timeout and not timers.armed(state.key, Deadline.RECOVERY):
+            if timeout and not timers.armed(state.key, Deadline.RECOVERY) and \
+                    not self._left_to_kueue(state, "recovery"):
                 timers.arm(state.key, Deadline.RECOVERY, timeout, self._recovery_expired)
         elif target in (Phase.BACKOFF, Phase.DEACTIVATED, Phase.PENDING, Phase.WAITING_FOR_MEMBERS):
             if not state.started:
@@ -124,8 +125,20 @@ class Lifecycle:
     # ------------------------------------------------------------------ deadlines
     def _arm_ready(self, state: GangState) -> None:
         timeout = self.ready_timeout(self.core.cache.gang_spec(state.key))
+        if timeout > 0 and self._left_to_kueue(state, "readiness"):
+            return
         if timeout > 0:
             self.registry.timers.arm(state.key, Deadline.READY, timeout, self._ready_expired)
+
+    def _left_to_kueue(self, state: GangState, what: str) -> bool:
+        """Whether Kueue admitted the gang's workload: then its ``waitForPodsReady`` owns the
+        readiness and recovery requeues (docs/kueue.md), and Quorum's own deadlines stand back, so
+        that the two never both evict the same gang. Said once per bind, as an Event."""
+        if not any(m.kueue_admitted for m in self.core.cache.members(state.key)):
+            return False
+        self.core.note(state, "LeftToKueue", f"gang {state.key}: Kueue admitted its workload; its {what} "
+                                             "requeue is Kueue's (waitForPodsReady), not Quorum's")
+        return True
 
     def _ready_expired(self, key: str) -> None:
         core = self.core

@@ -20,7 +20,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from .cluster import Kube, Settings, Topology
-from .lifecycle_support import job_manifest, job_pods, live_bound
+from .lifecycle_support import job_manifest, job_pods, kwok_annotations, live_bound
 from .scenario import Scenario, node_of
 from .test_jobset import create as create_jobset
 from .test_jobset import require_jobset
@@ -125,11 +125,13 @@ def pinned_racks(sc: Scenario, pods: list[dict[str, Any]]) -> set[str]:
     return {(p["spec"].get("nodeSelector") or {}).get(sc.settings.rack_label, "") for p in pods}
 
 
-def bound_queued_job(sc: Scenario, name: str, queue: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+def bound_queued_job(sc: Scenario, name: str, queue: str, annotations: dict[str, str] | None = None,
+                     ) -> tuple[dict[str, str], list[dict[str, Any]]]:
     """A Job of one rack's worth of whole-node pods through ``queue``, a gang, once all are bound:
-    (pod name -> node, the pods)."""
+    (pod name -> node, the pods). ``annotations`` go on every pod."""
     size = min(len(nodes) for nodes in sc.topo.racks.values())
-    job = job_manifest(sc.settings, name, size, gpus=sc.topo.gpus_per_node, gang=name)
+    job = job_manifest(sc.settings, name, size, gpus=sc.topo.gpus_per_node, gang=name,
+                       annotations=annotations)
     queued(job, queue, job["spec"]["template"], sc.settings.rack_label)
     sc.kube.create_job(sc.ns, job)
     placement = sc.wait_for(f"all {size} pods of the Kueue-admitted Job {name} bound",
@@ -200,4 +202,38 @@ def test_a_kueue_admitted_jobset_binds_whole_inside_the_rack_kueue_assigned(
     assert len(racks) == 1 and "" not in racks, f"Kueue pins every pod to one rack: {racks}"
     bound_racks, _ = sc.racks_and_blocks(placement)
     assert bound_racks == racks, f"bound in {bound_racks}, Kueue assigned {racks}: {placement}"
+    sc.finish()
+
+
+def quorum_reasons(sc: Scenario) -> list[str]:
+    """The reasons of every Event Quorum reported in the test's namespace."""
+    return [str(e.get("reason")) for e in sc.kube.events(sc.ns)
+            if (e.get("reportingController") or e.get("reportingComponent")) == "quorum.dev/extender"]
+
+
+def pods_ready_evictions(workload: dict[str, Any]) -> int:
+    """How many times Kueue evicted the workload for its waitForPodsReady timeout."""
+    state = (workload.get("status") or {}).get("requeueState") or {}
+    return int(state.get("count") or 0)
+
+
+def test_a_kueue_gang_never_ready_is_requeued_by_kueue_alone(
+        scenario: Scenario, queues: dict[str, str]) -> None:
+    """Kueue's waitForPodsReady is on (KUEUE_PODS_READY_TIMEOUT, 15 s here) and the gang also asks
+    Quorum for a 5-second readiness timeout: Kueue admitted the workload, so Quorum stands back
+    (the split of duties, docs/kueue.md) and Kueue alone evicts the workload, once per timeout."""
+    sc = scenario
+    _, pods = bound_queued_job(sc, "slow", queues[ROOMY], annotations={
+        **kwok_annotations(never_ready=True), "quorum.dev/pods-ready-timeout-seconds": "5"})
+    bound_at = time.monotonic()
+    sc.wait_for("Kueue's eviction of the workload for its readiness timeout",
+                lambda: any(pods_ready_evictions(w) for w in workloads(sc)), timeout=60)
+    waited = time.monotonic() - bound_at
+    assert [pods_ready_evictions(w) for w in workloads(sc)] == [1], workloads(sc)
+    reasons = quorum_reasons(sc)
+    assert "Requeued" not in reasons, f"Quorum requeued a gang Kueue owns: {reasons}"
+    assert "LeftToKueue" in reasons, reasons
+    assert waited > 8, f"evicted {waited:.0f} s after the bind: Quorum's 5 s, not Kueue's 15 s"
+    assert all("quorum.dev/requeue-count" not in (p["metadata"].get("annotations") or {}) for p in pods)
+    sc.watcher.retire("slow")  # Kueue re-admits it after its backoff: its pods come and go
     sc.finish()

@@ -393,3 +393,42 @@ async def test_a_recovering_gang_whose_member_succeeds_keeps_its_replacements_re
     deliver(world, ready(world.pods["g1"], phase="Succeeded", is_ready=False))
     assert world.coordinator.phase_of("ml/g") == "Reserved"
     assert world.coordinator.check_invariants() == []
+
+
+# ------------------------------------------------------------------ Kueue owns readiness
+def kueue_gang(world: World, name: str, count: int) -> list[str]:
+    """A gang whose pods Kueue admitted (its pod set label on each)."""
+    names = group_gang(world, name, count)
+    for pod_name in names:
+        world.pods[pod_name]["metadata"].setdefault("labels", {})["kueue.x-k8s.io/podset"] = "main"
+        world.cache.upsert_pod(world.pods[pod_name])
+    return names
+
+
+async def test_a_kueue_admitted_gang_never_ready_is_left_to_kueue() -> None:
+    """Kueue's waitForPodsReady evicts the whole workload on its own timeout: Quorum's readiness
+    deadline stands back, so that the two never both requeue the same gang (docs/kueue.md)."""
+    world = lifecycle_world(pods_ready_timeout_seconds=0.05, backoff_base_seconds=60, backoff_jitter=0)
+    names = kueue_gang(world, "g", 2)
+    await schedule(world, names)
+    await asyncio.sleep(0.15)
+    assert world.actions.evicted == []
+    assert world.coordinator.phase_of("ml/g") == "Bound"
+    assert world.sample("quorum_gang_requeues_total", reason="readiness-timeout") == 0
+    assert "LeftToKueue" in world.actions.event_reasons("g")
+
+
+async def test_a_kueue_admitted_gang_losing_a_node_is_left_to_kueue() -> None:
+    world = lifecycle_world(recovery_timeout_seconds=0.05, backoff_base_seconds=60)
+    names = kueue_gang(world, "g", 2)
+    nodes = await schedule(world, names)
+    for pod_name in names:
+        deliver(world, ready(world.pods[pod_name]))
+    node = world.cache.nodes[nodes["g0"]]
+    sick = make_node(node.name, *node.domains[:2])
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    world.cache.upsert_node(sick)
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    await asyncio.sleep(0.15)
+    assert world.actions.evicted == []
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
