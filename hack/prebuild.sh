@@ -18,13 +18,15 @@ built() { printf '[prebuild] %s: %s at %ss\n' "$1" "$([[ $2 == 0 ]] && echo buil
 
 # In the order the suites need them (hack/test-all.sh): helm, the default version's binaries and the
 # JobSet controller (the end-to-end suite), the kubelet (the install suite; quick once the default
-# version's modules are built), the autoscaler, and last the other versions (the API-version suites,
-# which run last so that their builds, the longest from cold caches, overlap every suite before them).
+# version's modules are built), the autoscaler, Kueue (the controllers suite), and last the other
+# versions (the API-version suites, which run last so that their builds, the longest from cold
+# caches, overlap every suite before them).
 bash hack/build-helm.sh >/dev/null; built helm $?
 K8S_VERSION="$K8S_VERSION" bash hack/build-binaries.sh; built "$K8S_VERSION" $?
 bash hack/build-jobset.sh >/dev/null; built "jobset $JOBSET_VERSION" $?
 K8S_VERSION="$K8S_VERSION" bash hack/build-kubelet.sh; built "kubelet $K8S_VERSION" $?
 bash hack/build-autoscaler.sh >/dev/null; built cluster-autoscaler $?
+bash hack/build-kueue.sh >/dev/null; built "kueue $KUEUE_VERSION" $?
 for version in "${versions[@]}"; do
   [[ "$version" != "$K8S_VERSION" ]] || continue
   K8S_VERSION="$version" bash hack/build-binaries.sh; built "$version" $?

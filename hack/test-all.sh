@@ -8,8 +8,9 @@
 #      chart and the kustomize manifests against it, and the images built from the Dockerfile run against it (podman),
 #      on the default Kubernetes version (K8S_VERSION),
 #   4. the Job-workload suite (the Job controller writes the PodGroups: WorkloadWithJob on), the
-#      install suite (the chart and the manifests installed on a cluster with one real node) and
-#      the autoscaler suite, each on a cluster of its own,
+#      install suite (the chart and the manifests installed on a cluster with one real node),
+#      the autoscaler suite and the controllers suite (the real Kueue and JobSet), each on a
+#      cluster of its own,
 #   5. the API-version suite (tests marked api_suite) on every other version of
 #      K8S_VERSIONS (hack/lib/versions.sh), each on a cluster of its own: last, so that those
 #      versions' builds (the longest with cold caches) overlap every suite before them.
@@ -134,6 +135,14 @@ e2e_on "$K8S_VERSION" "install suite" install --real-node --no-scheduler --block
 rc=0
 AUTOSCALER_MAX=6 AUTOSCALER_BOOTING=1 e2e_on "$K8S_VERSION" "autoscaler suite" autoscaler --autoscaler --nodes 0 --blocks 1 --racks 2 \
   || rc=$?
+((first_rc != 0)) || first_rc=$rc
+
+# The controllers that make gangs in users' clusters, for real: Kueue (v0.17.0) admitting Jobs and
+# JobSets with topology-aware scheduling and waitForPodsReady (15 s), and JobSet's startup barrier
+# (tests/e2e/test_kueue.py, tests/e2e/test_jobset_barrier.py).
+rc=0
+KUEUE_PODS_READY_TIMEOUT=15s e2e_on "$K8S_VERSION" "controllers suite" controllers --jobset --kueue \
+  --blocks 1 --racks 2 --nodes 4 || rc=$?
 ((first_rc != 0)) || first_rc=$rc
 
 # Each API version's gang vocabulary on a cluster of that version; last, so that the builds of the

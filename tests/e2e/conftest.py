@@ -233,8 +233,8 @@ def unselected_reason(settings: Settings) -> str:
         return (f"end-to-end: no cluster answers at KUBECONFIG={settings.kubeconfig} ({first_line[:160]}); "
                 "start one with 'bash hack/cluster-up.sh', or run everything with 'bash hack/test-all.sh'")
     return ("end-to-end: a cluster answers, but these run only when selected: "
-            "-m e2e, -m api_suite, -m autoscaler, -m install or -m job_workloads (bash hack/test-all.sh "
-            "runs each on its cluster), -m controllers (not yet in it: docs/kueue.md)")
+            "-m e2e, -m api_suite, -m autoscaler, -m install, -m job_workloads or -m controllers "
+            "(bash hack/test-all.sh runs each on its cluster)")
 
 
 def server_minor(settings: Settings) -> int:

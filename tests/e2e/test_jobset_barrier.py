@@ -2,7 +2,7 @@
 gangs (``quorum.dev/jobset-gang``), with the real JobSet controller: the gang-started signal (the
 ConfigMap the pods' init containers wait for) and the barrier's timeout (a gang not Ready in time is
 requeued whole). Run with the Kueue scenarios (``-m controllers``, ``hack/cluster-up.sh --jobset
---kueue``), not yet in the test command (docs/kueue.md)."""
+--kueue``), the test command's controllers suite (docs/kueue.md)."""
 
 from __future__ import annotations
 
