@@ -254,12 +254,17 @@ class CoreMachine(RuleBasedStateMachine):
         ``single``: its disruptionMode lets preemption take its members one by one. A Job's
         PodGroup (``JOB_GROUPS``) turning basic or not moves its annotated pods between gangs."""
         before = self._running_gangs()
+        key = f"{NAMESPACE}/{group}"
         if min_count == "gone":
             obj = self.model.podgroups.pop(group, podgroup(group, None, False))
             self.loop.run(lambda: self.model.cache.delete_podgroup(obj))
+            running = self.model.running(key) | {u for u, (g, _) in self.model.binding.items() if g == key}
+            if 0 < len(running) < self.model.min_count(key):
+                # Members that name the PodGroup and declare a larger quorum of their own (a Job's
+                # annotations) now count toward that one: minCount raised over running members.
+                self.model.disturbed.add(key)
             self._disturb_moved(before)
             return
-        key = f"{NAMESPACE}/{group}"
         obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
         if single:
             obj["spec"]["disruptionMode"] = {"single": {}}
