@@ -83,7 +83,12 @@ class CacheReactions:
         core = self.core
         if event.pod is not None and not core.ledger.is_inflight(event.key):
             self._release_overcommitted(event.pod.node_name, f"pod {event.pod.key} was bound there")
+        counted_for = core.ledger.inflight_gang(event.key)
         core.ledger.clear_inflight(event.key)
+        if counted_for and (event.pod is None or event.pod.gang_key != counted_for):
+            # Bound in flight for the gang its request named, seen in another (its JobSet or
+            # PodGroup changed meanwhile): the first counted it, and must count it no more.
+            self._recount(counted_for, f"gang {counted_for}: member {event.key} was filed in another gang")
         self.retry.unpark(event.key)
         self.binder.forget_member(event.key)
         reservation = core.ledger.reserved_node(event.key)
@@ -128,7 +133,7 @@ class CacheReactions:
             self.lifecycle.review(event.pod.gang_key, sync=False)
             self.provisioner.members_left(event.pod.gang_key)
             self._settle(event.pod.gang_key)
-        self._recount(unseen_of)
+        self._recount(unseen_of, f"gang {unseen_of}: member {event.key} deleted before the watch showed it")
 
     def _wake_if_ungrouped(self, event: CacheEvent) -> None:
         """A pod Quorum turned away as a member that is in no gang any more (its JobSet asks for
@@ -144,14 +149,14 @@ class CacheReactions:
             self.core.ledger.clear_inflight(uid)
             self.retry.unpark(uid)
             self.binder.forget_member(uid)
-            self._recount(gang)
+            self._recount(gang, f"gang {gang}: a member bound while the watch was away is gone")
         self.retry.schedule_recheck()
 
-    def _recount(self, gang: str) -> None:
-        """A member the gang counted through its bind in flight alone is gone."""
+    def _recount(self, gang: str, why: str) -> None:
+        """A member the gang counted through its bind in flight alone is gone from it."""
         state = self.registry.gangs.get(gang) if gang else None
         if state is not None:
-            self.registry.sync(state, f"gang {gang}: a member bound while the watch was away is gone")
+            self.registry.sync(state, why)
             self._members_changed(gang)
             self.lifecycle.review(gang)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .fixtures import World, gang_of, schedule
+from .fixtures import World, gang_of, make_podgroup, schedule
 from .fixtures import gang_pod as pod
 
 GPU = "nvidia.com/gpu"
@@ -98,4 +98,25 @@ async def test_a_deleted_event_for_a_pod_the_cache_never_took_lets_its_bind_go()
     assert world.coordinator.core.ledger.inflight() == {}
     assert world.coordinator.registry.running_count("ml/w") == 2
     assert free_gpus(world, node) == 8
+    assert world.coordinator.check_invariants() == []
+
+
+async def test_a_member_bound_in_flight_then_filed_in_another_gang_leaves_its_first_gang() -> None:
+    """Found by the core machine at 10,000 examples: a JobSet's pod bound (from its request) in the
+    JobSet's gang while the watch lagged; the JobSet then asked for one gang per Job, and the watch
+    showed the pod bound in its Job's gang. The first gang, which counted the bind, stayed Bound with
+    no member running. Here the pod's declaration differs between its request and its watch event."""
+    world = World()
+    for group in ("first", "second"):
+        world.cache.upsert_podgroup(make_podgroup(group, 1))
+    first = unseen(world, pod("m0", podgroup="first", gpus=8))
+    node = world.filter("m0").passing[0]
+    assert await world.bind("m0", node) == ""
+    assert world.coordinator.phase_of("ml/first") == "Bound"
+    later = pod("m0", podgroup="second", gpus=8)
+    later["metadata"]["uid"] = first["metadata"]["uid"]
+    world.pods["m0"] = later
+    world.bind_in_cache("m0", node)  # the watch: bound, and in the other gang
+    assert world.cache.pods["uid-m0"].gang_key == "ml/second"
+    assert world.coordinator.phase_of("ml/first") != "Bound"
     assert world.coordinator.check_invariants() == []
