@@ -25,6 +25,7 @@ from .scenario import Scenario, node_of
 from .test_jobset import create as create_jobset
 from .test_jobset import require_jobset
 from .test_jobset_gangs import jobset, jobset_pods, replicated_job
+from .test_rank_order import completion_index, ranks_apart
 
 pytestmark = pytest.mark.controllers
 
@@ -236,4 +237,23 @@ def test_a_kueue_gang_never_ready_is_requeued_by_kueue_alone(
     assert waited > 8, f"evicted {waited:.0f} s after the bind: Quorum's 5 s, not Kueue's 15 s"
     assert all("quorum.dev/requeue-count" not in (p["metadata"].get("annotations") or {}) for p in pods)
     sc.watcher.retire("slow")  # Kueue re-admits it after its backoff: its pods come and go
+    sc.finish()
+
+
+def test_a_kueue_admitted_indexed_job_keeps_consecutive_ranks_together(
+        scenario: Scenario, queues: dict[str, str]) -> None:
+    """Kueue pins the pods to one rack; inside it Quorum hands the slots out in rank order, four
+    members per node: consecutive completion indexes on the same or the next node."""
+    sc, topo = scenario, scenario.topo
+    size = 4 * min(len(nodes) for nodes in topo.racks.values())
+    job = job_manifest(sc.settings, "ranked", size, gpus=topo.gpus_per_node // 4, gang="ranked",
+                       backoff_limit_per_index=50)
+    queued(job, queues[ROOMY], job["spec"]["template"], sc.settings.rack_label)
+    sc.kube.create_job(sc.ns, job)
+    sc.wait_for(f"all {size} pods of the Kueue-admitted Indexed Job bound",
+                lambda: live_bound(sc, "ranked", size), timeout=120)
+    pods = job_pods(sc.kube, sc.ns, "ranked")
+    assert len(pinned_racks(sc, pods)) == 1, "Kueue pins every pod to one rack"
+    problem = ranks_apart(sc, {completion_index(p): node_of(p) for p in pods}, size)
+    assert not problem, problem
     sc.finish()

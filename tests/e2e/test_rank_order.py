@@ -35,13 +35,25 @@ def test_consecutive_indexes_land_on_the_same_or_the_next_node_of_the_rack(scena
     sc.wait_for("the gang bound", lambda: live_bound(sc, "ranks", size), timeout=90)
 
     by_index = {completion_index(p): node_of(p) for p in job_pods(sc.kube, sc.ns, "ranks")}
-    assert sorted(by_index) == list(range(size)), by_index
+    problem = ranks_apart(sc, by_index, size)
+    assert not problem, problem
+    sc.finish()
+
+
+def ranks_apart(sc: Scenario, by_index: dict[int, str], size: int) -> str:
+    """Why the placement by completion index does not keep ranks together in one rack ("" if it
+    does): consecutive indexes on the same node or the next node of the rack, one run per node."""
+    topo = sc.topo
+    if sorted(by_index) != list(range(size)):
+        return f"indexes missing: {by_index}"
     racks = {topo.rack_of(node) for node in by_index.values()}
-    assert len(racks) == 1, f"the PodGroup asks for one rack: {by_index}"
+    if len(racks) != 1:
+        return f"the gang asks for one rack: {by_index}"
     order = topo.racks[racks.pop()]  # the rack's node names, sorted
     steps = [order.index(by_index[i + 1]) - order.index(by_index[i]) for i in range(size - 1)]
     placement = [f"{i}:{by_index[i]}" for i in range(size)]
-    assert all(step in (0, 1) for step in steps), (
-        f"consecutive indexes should share a node or go to the next node of the rack: {placement}")
-    assert sum(steps) == len(set(by_index.values())) - 1, placement  # each node holds one run of ranks
-    sc.finish()
+    if not all(step in (0, 1) for step in steps):
+        return f"consecutive indexes should share a node or go to the next node of the rack: {placement}"
+    if sum(steps) != len(set(by_index.values())) - 1:
+        return f"each node should hold one run of ranks: {placement}"
+    return ""
