@@ -341,7 +341,13 @@ class CoreMachine(RuleBasedStateMachine):
         if gang is None or spec is None or not spec.is_gang:
             return int(obj["spec"].get("priority", 0)) <= claim.priority
         state = self.coordinator.registry.gangs.get(gang)
-        return queue.priority_of(gang) <= claim.priority and not (state is not None and state.started)
+        if state is not None and state.started:
+            return False
+        if self.coordinator.registry.running_count(gang) >= spec.min_count:
+            # Quorum runs (bound elsewhere, or binds in flight): an extra member schedules as a
+            # plain pod of its own priority (the running gate), the gang's no longer matters.
+            return int(obj["spec"].get("priority", 0)) <= claim.priority
+        return queue.priority_of(gang) <= claim.priority
 
     @precondition(lambda self: self.pending())
     @rule(data=st.data(), claimed=st.sampled_from((None, None, None, *CLAIMED)), min_count=st.integers(1, 2))
