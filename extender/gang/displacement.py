@@ -211,9 +211,18 @@ class Displacer:
             if pod is not None:
                 core.note_pod(pod, "Preempted", f"pod {pod.key}: {reason}", WARNING)
                 self.lifecycle.evict([pod], reason)
+                self._recount_basic(pod)
         core.metrics.preemptions.labels("gang").inc(len(victim_gangs))
         core.metrics.preemptions.labels("pod").inc(len(plan.units) - len(victim_gangs))
         self.under_way = UnderWay(state.key, core.clock(), frozenset(victims), frozenset(victim_gangs), plan)
+
+    def _recount_basic(self, pod: PodRecord) -> None:
+        """A pod evicted alone may still be filed in a group that is no gang (a basic PodGroup, a
+        JobSet that asks for none): marked evicting, it no longer runs, and the group's phase
+        follows (it said Bound with the pod counted)."""
+        state = self.registry.gangs.get(pod.gang_key or "")
+        if state is not None:
+            self.registry.sync(state)
 
     def _victim_refused(self, gang: str, note: str) -> None:
         """A budget kept a victim gang from going (none of it was evicted): spare it for a while

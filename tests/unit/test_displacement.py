@@ -263,3 +263,25 @@ def test_choose_victims_counts_one_member_per_node_when_members_repel() -> None:
     apart = choose_victims(nodes, units, members, 3, required_level=1, per_node=1)
     assert apart is not None and sorted(u.key for u in apart.units) == ["p1", "p2"]
     assert choose_victims(nodes[:1], units, members, 3, required_level=1, per_node=1) is None
+
+
+async def test_a_basic_groups_pod_evicted_alone_leaves_the_group_no_longer_bound() -> None:
+    """Found by the core machine at 10,000 examples: a pod of a group that is no gang (there, a
+    JobSet that asks for none) was the cheapest victim; marked evicting it no longer ran, and the
+    group still said Bound with none of its pods running."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    world.cache.upsert_podgroup(make_podgroup("side", 1))
+    world.add(gang_pod("side0", podgroup="side", gpus=8))
+    await schedule(world, ["side0"])
+    world.cache.upsert_podgroup(make_podgroup("side", None))  # its group turns basic: no gang now
+    assert world.coordinator.phase_of("ml/side") == "Bound"
+    taken = world.pods["side0"]["spec"]["nodeName"]
+    for name in world.names:
+        if name != taken:
+            world.plain(f"plain-{name}", node=name, priority=5)
+    world.group("high", 1, priority=HIGH)
+    world.filter("high0")
+    await settle()
+    assert world.actions.evicted == ["side0"]
+    assert world.coordinator.phase_of("ml/side") != "Bound"
+    world.check()
