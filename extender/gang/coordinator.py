@@ -74,6 +74,7 @@ class Coordinator:
         self.queue = GangQueue(core, registry, self.displacer if config.preemption.enabled else None,
                                claim_epoch)
         self.scorer = Scorer(core, registry)
+        self._offered = preemption.OfferedVictims()  # what /preempt answers let kube-scheduler evict
         self.provisioner = Provisioner(core, registry, self.retry.schedule_recheck, self.reporter.nofit)
         self.reactions = CacheReactions(core, registry, self.binder, self.retry, self.lifecycle,
                                         self.provisioner, self.queue, self._verify,
@@ -368,7 +369,7 @@ class Coordinator:
         try:
             return preemption.gang_aware(self.core, self.registry, self.queue,
                                          known or self.cache.filing.resolve(pod), victims,
-                                         self.retry.note_preemption_refused)
+                                         self.retry.note_preemption_refused, self._offered)
         finally:
             self._verify("preempt")
 

@@ -168,7 +168,7 @@ class Displacer:
                 if pod.gang_key == exclude:
                     continue
                 if not pod_by_pod(core, spec):
-                    gangs.setdefault(spec.key, []).append(pod)
+                    gangs.setdefault(pod.gang_key or spec.key, []).append(pod)
                     continue
             priority = self._victim_priority(pod, spec)
             if priority < below:

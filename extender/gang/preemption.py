@@ -28,28 +28,63 @@ log = logging.getLogger(__name__)
 
 Victims = dict[str, dict[str, Any]]  # node -> {"Pods": [{"UID": ...}], "NumPDBViolations": n}
 
+# How long a gang member let through to kube-scheduler's eviction still counts as leaving, when the
+# watch has not shown it gone: kube-scheduler evicts as soon as it has the answer.
+OFFERED_SECONDS = 30.0
 
-def veto_gang_breaking(core: Core, registry: GangRegistry, victims: Victims) -> Victims:
+
+class OfferedVictims:
+    """Gang members an answer let kube-scheduler evict, until the watch shows them gone.
+
+    Each answer may give away a running gang's one member over its quorum; while the watch lags
+    the eviction, the gang still looks one over, and the next answer would give away another. So
+    members let through count as leaving for ``OFFERED_SECONDS`` (kube-scheduler evicts the victims
+    of one of the nodes kept: those of the others stay, and are only withheld a while)."""
+
+    def __init__(self) -> None:
+        self._offered: dict[str, tuple[str, float]] = {}  # uid -> (gang, until)
+
+    def leaving(self, core: Core, gang: str, besides: set[str]) -> int:
+        """Members of ``gang`` let through before, still running as the cache sees them."""
+        now = core.clock()
+        pods = core.cache.pods
+        self._offered = {uid: (g, until) for uid, (g, until) in self._offered.items()
+                         if until > now and uid in pods and runs(pods[uid])}
+        return sum(1 for uid, (g, _) in self._offered.items() if g == gang and uid not in besides)
+
+    def note(self, core: Core, kept: Victims) -> None:
+        until = core.clock() + OFFERED_SECONDS
+        for entry in kept.values():
+            for victim in entry.get("Pods", []):
+                record = core.cache.pods.get(victim.get("UID", ""))
+                if record is not None and record.gang_key is not None:
+                    self._offered[record.uid] = (record.gang_key, until)
+
+
+def veto_gang_breaking(core: Core, registry: GangRegistry, victims: Victims,
+                       offered: OfferedVictims) -> Victims:
     """Pass the scheduler's victims through, minus nodes whose evictions would take a running gang
-    below its quorum (kube-scheduler evicts the victims of the one node it picks)."""
+    below its quorum (kube-scheduler evicts the victims of the one node it picks), counting the
+    members earlier answers let go as gone already."""
     out: Victims = {}
     for node, entry in victims.items():
         uids = [p.get("UID", "") for p in entry.get("Pods", [])]
-        if not uids or _breaks_gang(core, registry, uids):
+        if not uids or _breaks_gang(core, registry, uids, offered):
             continue
         out[node] = entry
+    offered.note(core, out)
     return out
 
 
 def gang_aware(core: Core, registry: GangRegistry, queue: GangQueue, pod: PodRecord, victims: Victims,
-               ask_again: Callable[[str], None]) -> Victims:
+               ask_again: Callable[[str], None], offered: OfferedVictims) -> Victims:
     """The victims worth evicting for ``pod``: for a member of a gang that is not running, only
     those Quorum's own whole-gang preemption is evicting for its gang (none when it is off).
 
     A refusal that only Quorum's watch can lift (the gang not known or not complete yet) is
     followed by no cluster event kube-scheduler would retry on, so ``ask_again`` marks the gang
     for the re-check its next change triggers."""
-    kept = veto_gang_breaking(core, registry, victims)
+    kept = veto_gang_breaking(core, registry, victims, offered)
     gang = pod.gang_key
     if gang is None:
         return kept
@@ -105,7 +140,7 @@ def _refused(core: Core, gang: str, why: str) -> Victims:
     return {}
 
 
-def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str]) -> bool:
+def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str], offered: OfferedVictims) -> bool:
     """Whether evicting these pods together leaves some gang running below its quorum."""
     taken: dict[str, int] = {}
     for uid in uids:
@@ -117,7 +152,8 @@ def _breaks_gang(core: Core, registry: GangRegistry, uids: list[str]) -> bool:
             taken[record.gang_key] = taken.get(record.gang_key, 0) + 1
     for gang, count in taken.items():
         spec = core.cache.gang_spec(gang)
-        if spec is not None and spec.is_gang and not pod_by_pod(core, spec) and \
-                registry.running_count(gang) - count < spec.min_count:
+        if spec is None or not spec.is_gang or pod_by_pod(core, spec):
+            continue
+        if registry.running_count(gang) - count - offered.leaving(core, gang, set(uids)) < spec.min_count:
             return True
     return False

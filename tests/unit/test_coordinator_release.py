@@ -283,3 +283,19 @@ async def test_member_not_yet_in_cache_is_placed_from_the_request(gpus: int) -> 
     decision = world.coordinator.filter(*typed(late), world.names)
     assert len(decision.passing) == 1
     assert "uid-w1" in world.coordinator.reservation_of("ml/w")
+
+
+async def test_preempt_gives_away_a_gangs_one_extra_member_once_while_the_watch_lags() -> None:
+    """Found by the core machine at 10,000 examples: a gang one over its quorum; kube-scheduler's
+    first /preempt took the extra member; its eviction not shown yet, the gang still looked one over
+    and the next /preempt took another (the gang ran below its quorum)."""
+    world = World()
+    for i, node in enumerate(["b0-r0-n0", "b0-r0-n1", "b0-r1-n0"]):
+        world.add(pod(f"w{i}", gang="w", min_count=2, gpus=8, node_name=node))
+    world.add(pod("plain", gpus=8))
+    first = _victims(world, ["w2"])
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], first) == first
+    second = _victims(world, ["w1"])  # w2 still running as far as the watch has shown
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], second) == {}
+    world.cache.delete_pod(world.pods.pop("w2"))  # the watch shows the first eviction
+    assert world.coordinator.preempt(typed(world.pods["plain"])[0], second) == {}  # at quorum now

@@ -285,3 +285,23 @@ async def test_a_basic_groups_pod_evicted_alone_leaves_the_group_no_longer_bound
     assert world.actions.evicted == ["side0"]
     assert world.coordinator.phase_of("ml/side") != "Bound"
     world.check()
+
+
+async def test_a_victim_gang_filed_under_its_podgroup_name_is_evicted_whole() -> None:
+    """Found by the core machine at 10,000 examples: a Job's pods name the PodGroup the Job
+    controller has not written yet and carry Quorum's annotations for gang ``a1``; the cache files
+    them under the PodGroup's key (``ml/j0``) with the annotations' declaration (``ml/a1``). The
+    displacement took the declaration's key for the victim: its requeue found no member to evict,
+    while its plan let kube-scheduler's /preempt take the members one by one."""
+    world = QueueWorld(preemption=True, claim_after_seconds=3600, claim_on_priority=False)
+    for i, node in enumerate(("b0-r0-n0", "b0-r0-n1")):
+        obj = gang_pod(f"x{i}", gang="a1", min_count=2, gpus=8, node_name=node)
+        obj["spec"]["schedulingGroup"] = {"podGroupName": "j0"}
+        world.add(obj)
+    for name in world.names[2:]:
+        world.plain(f"plain-{name}", node=name, priority=5)
+    world.group("high", 2, rack=True, priority=HIGH)
+    world.filter("high0")
+    await settle()
+    assert sorted(world.actions.evicted) == ["x0", "x1"]
+    world.check()
