@@ -84,6 +84,14 @@ def podgroup_with(world: World, name: str, count: int, annotations: dict[str, st
     return obj
 
 
+def node_goes_unknown(world: World, name: str) -> None:
+    """The node's Ready condition turns Unknown (its kubelet stopped reporting)."""
+    node = world.cache.nodes[name]
+    sick = make_node(node.name, *node.domains[:2])
+    sick["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
+    world.cache.upsert_node(sick)
+
+
 # ------------------------------------------------------------------ readiness
 async def test_a_gang_never_ready_is_evicted_whole_and_backed_off_after_the_timeout() -> None:
     world = lifecycle_world(pods_ready_timeout_seconds=0.05, backoff_base_seconds=60, backoff_jitter=0)
@@ -369,10 +377,7 @@ async def test_a_ready_gang_whose_node_goes_not_ready_recovers_or_is_requeued_wh
     for pod_name in names:
         deliver(world, ready(world.pods[pod_name]))
     assert world.coordinator.phase_of("ml/g") == "Bound"
-    node = world.cache.nodes[nodes["g0"]]
-    sick = make_node(node.name, *node.domains[:2])
-    sick["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
-    world.cache.upsert_node(sick)  # its pods still say Ready: the node's condition decides
+    node_goes_unknown(world, nodes["g0"])  # its pods still say Ready: the node's condition decides
     assert world.coordinator.phase_of("ml/g") == "Recovering"
     await asyncio.sleep(0.15)
     assert sorted(world.actions.evicted) == sorted(names)
@@ -424,10 +429,7 @@ async def test_a_kueue_admitted_gang_losing_a_node_is_left_to_kueue() -> None:
     nodes = await schedule(world, names)
     for pod_name in names:
         deliver(world, ready(world.pods[pod_name]))
-    node = world.cache.nodes[nodes["g0"]]
-    sick = make_node(node.name, *node.domains[:2])
-    sick["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
-    world.cache.upsert_node(sick)
+    node_goes_unknown(world, nodes["g0"])
     assert world.coordinator.phase_of("ml/g") == "Recovering"
     await asyncio.sleep(0.15)
     assert world.actions.evicted == []
