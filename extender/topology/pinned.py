@@ -37,17 +37,38 @@ def place_pinned(groups: Sequence[PinnedGroup], level_names: Sequence[str], requ
     ``Placement.domain`` is the required domain when one is asked, else the first group's domain;
     ``domains_used`` counts the nodes used.
     """
+    turns = [Turn(f"members pinned to {g.pins}" if g.pins else "members pinning no node", g.nodes, g.members,
+                  required_level)
+             for g in sorted(groups, key=lambda g: (len(g.nodes), g.pins))]
+    return place_in_turn(turns, level_names, preferred_level, apart, same_domain=required_level)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One group of a gang placed in turn: what it is (for messages), the nodes it may use, its
+    members, and the level of the one domain that must hold them (None: any nodes)."""
+
+    what: str
+    nodes: Sequence[CandidateNode]
+    members: Sequence[Member]
+    required_level: int | None
+
+
+def place_in_turn(turns: Sequence[Turn], level_names: Sequence[str], preferred_level: int | None,
+                  apart: Apart | None, same_domain: int | None) -> Placement | NoFit:
+    """Place the groups one after another, what each takes gone for the next; with ``same_domain``,
+    the later groups go inside the first group's domain at that level. ``Placement.domain`` is the
+    first group's domain."""
     used: dict[str, tuple[dict[str, int], int]] = {}  # node -> (requests placed, pods placed)
     assignment: dict[str, str] = {}
     domain: tuple[str, ...] = ()
-    for group in sorted(groups, key=lambda g: (len(g.nodes), g.pins)):
-        nodes = [_less(n, used) for n in group.nodes
-                 if required_level is None or not domain or n.domains[: required_level + 1] == domain]
-        result = place_gang(nodes, group.members, level_names, required_level, preferred_level, apart)
+    for turn in turns:
+        nodes = [_less(n, used) for n in turn.nodes
+                 if same_domain is None or not domain or n.domains[: same_domain + 1] == domain]
+        result = place_gang(nodes, turn.members, level_names, turn.required_level, preferred_level, apart)
         if isinstance(result, NoFit):
-            where = f"members pinned to {group.pins}" if group.pins else "members pinning no node"
-            return NoFit(f"{where}: {result.reason}")
-        by_key = {m.key: m for m in group.members}
+            return NoFit(f"{turn.what}: {result.reason}")
+        by_key = {m.key: m for m in turn.members}
         for key, node in result.assignment.items():
             requests, pods = used.get(node, ({}, 0))
             for name, amount in by_key[key].requests.items():
