@@ -49,7 +49,7 @@ class GangWrites:
         controllers' conditions are kept (and one Quorum stops listing is removed). The transition
         time stays what it was while a condition's status does not change. Errors are logged only.
         """
-        gang = f"{home.namespace}/{home.name}"
+        gang = _object_key(home)
         # One write at a time per gang, in the order they were asked for: each sends the whole set,
         # so an older set landing after a newer one would take back what the newer one added.
         await self._condition_order.run(gang, lambda: self._apply_conditions(home, gang, conditions))
@@ -62,7 +62,8 @@ class GangWrites:
             previous = known.get(condition.type)
             since = previous[1] if previous is not None and previous[0] == condition.status else now
             known[condition.type] = (condition.status, since)
-            entries.append({"type": condition.type, "status": "True" if condition.status else "False",
+            entries.append({"type": _condition_type(home, condition.type),
+                            "status": "True" if condition.status else "False",
                             "reason": condition.reason,
                             "message": condition.message[:_CONDITION_MESSAGE_LIMIT],
                             "lastTransitionTime": since})
@@ -83,7 +84,7 @@ class GangWrites:
         An object that is gone is not an error; other failures are logged, and the caller, which
         keeps the same values in memory, writes them again next time.
         """
-        gang = f"{home.namespace}/{home.name}"
+        gang = _object_key(home)
         body = {"metadata": {"annotations": annotations}}
         status = await self._patch_podgroup(gang, "annotations", home.path, body,
                                             "application/merge-patch+json")
@@ -144,3 +145,19 @@ def api_message(status: int, body: bytes) -> str:
     except orjson.JSONDecodeError:
         pass
     return f"HTTP {status}: {body[:200].decode(errors='replace')}"
+
+
+def _object_key(home: GangHome) -> str:
+    """Which object, in logs and in the per-object write order: a CompositePodGroup may share its
+    name with a PodGroup."""
+    if home.kind == "PodGroup":
+        return f"{home.namespace}/{home.name}"
+    return f"{home.namespace}/{home.kind}:{home.name}"
+
+
+def _condition_type(home: GangHome, kind: str) -> str:
+    """Upstream names a CompositePodGroup's conditions after its kind (``CompositePodGroupInitially
+    Scheduled``); Quorum's own (``quorum.dev/...``) keep their names."""
+    if home.kind == "CompositePodGroup" and kind.startswith("PodGroup"):
+        return "Composite" + kind
+    return kind

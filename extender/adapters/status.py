@@ -80,8 +80,19 @@ def row(gang: Mapping[str, Any]) -> tuple[str, ...]:
             str(gang.get("reason") or ""))
 
 
+def part_rows(gang: Mapping[str, Any]) -> list[tuple[str, ...]]:
+    """A composite's PodGroups, one line each under the composite."""
+    out: list[tuple[str, ...]] = []
+    for part in gang.get("parts") or ():
+        if isinstance(part, Mapping):
+            count = f"{part.get('bound', 0)}/{part.get('members', 0)} min {part.get('minCount')}"
+            within = f"one {part['requiredTopology']}" if part.get("requiredTopology") else "-"
+            out.append((f"  - {part.get('podGroup')}", "", "", "", "", count, within, "", ""))
+    return out
+
+
 def render(doc: Mapping[str, Any], gangs: Sequence[Mapping[str, Any]], out: TextIO) -> None:
-    rows = [COLUMNS, *(row(g) for g in gangs)]
+    rows = [COLUMNS, *(r for g in gangs for r in (row(g), *part_rows(g)))]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS) - 1)]
     for r in rows:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=False)) + "  " + r[-1] + "\n")

@@ -297,10 +297,10 @@ class ClusterCache:
             self._emit_gang(GANG_CHANGED, key)
 
     def delete_gang_object(self, source: GangObjectSource, obj: dict[str, Any]) -> None:
-        gone = self.declarations.drop_object(source.name, object_id(obj))
+        gone, changed = self.declarations.drop_object(source.name, object_id(obj))
         self._refile(self.filing.object_changed(source.name, object_id(obj), None, gone))
-        for key in gone:
-            self._emit_gang(GANG_REMOVED, key)
+        for kind, key in chain(((GANG_REMOVED, k) for k in gone), ((GANG_CHANGED, k) for k in changed)):
+            self._emit_gang(kind, key)
 
     def replace_gang_objects(self, source: GangObjectSource,
                              objs: Iterable[dict[str, Any]]) -> list[Rejected]:

@@ -52,6 +52,7 @@ SOURCE_KUEUE = "kueue pod group"
 NATIVE_GROUP = "scheduling.k8s.io"
 COSCHEDULING_API = "scheduling.x-k8s.io/v1alpha1"
 VOLCANO_API = "scheduling.volcano.sh/v1beta1"
+COMPOSITE_PREFIX = "composite:"  # gang keys of CompositePodGroups: "namespace/composite:name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,19 +241,61 @@ def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangS
     namespace, name, _, annotations = _meta(obj)
     spec = obj.get("spec") or {}
     min_count, is_gang = _policy(spec.get("schedulingPolicy"))
-    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
-    required = topology[0].get("key") if topology and isinstance(topology[0], Mapping) else None
     return GangSpec(
         **lifecycle_overrides(annotations), **bookkeeping(annotations),
         key=f"{namespace}/{name}", min_count=min_count if is_gang else 1, is_gang=is_gang,
-        required_topology=required or None, priority=int32(spec.get("priority")),
+        required_topology=_required(spec), priority=int32(spec.get("priority")),
         disruption=_disruption(spec.get("disruptionMode")),
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
+        parent=_text(spec.get("parentCompositePodGroupName")) or "",
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
         source=f"{api_version} PodGroup",
         home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, conditions=True,
                       uid=_uid(obj)),
     )
+
+
+def spec_from_composite(obj: Mapping[str, Any], api_version: str) -> GangSpec:
+    """A ``scheduling.k8s.io/v1alpha3`` CompositePodGroup (1.37, gate ``CompositePodGroup``): what
+    the composite itself says. Its parts and its total come from its children (``composites.py``)."""
+    namespace, name, _, annotations = _meta(obj)
+    spec = obj.get("spec") or {}
+    is_gang, min_groups, problem = _group_policy(spec.get("schedulingPolicy"))
+    return GangSpec(
+        **lifecycle_overrides(annotations), **bookkeeping(annotations),
+        key=composite_key(namespace, name), min_count=1, is_gang=is_gang, min_parts=min_groups,
+        problem=problem, required_topology=_required(spec), priority=int32(spec.get("priority")),
+        disruption=_disruption(spec.get("disruptionMode")),
+        preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
+        parent=_text(spec.get("parentCompositePodGroupName")) or "",
+        created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
+        source=f"{api_version} CompositePodGroup",
+        home=GangHome(api_version, "CompositePodGroup", "compositepodgroups", namespace, name,
+                      conditions=True, uid=_uid(obj)),
+    )
+
+
+def _group_policy(policy: Any) -> tuple[bool, int, str]:
+    """(is_gang, minGroupCount, what is wrong with it) of a composite's scheduling policy."""
+    gang = policy.get("gang") if isinstance(policy, Mapping) else None
+    if not isinstance(gang, Mapping):
+        return False, 0, ""
+    count = gang.get("minGroupCount")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return True, 0, f"gang.minGroupCount {str(count)[:64]!r} is not a positive integer"
+    return True, int32(count), ""
+
+
+def _required(spec: Mapping[str, Any]) -> str | None:
+    """The node label of a native ``schedulingConstraints.topology[0].key``, if any."""
+    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    required = topology[0].get("key") if topology and isinstance(topology[0], Mapping) else None
+    return str(required) if required else None
+
+
+def composite_key(namespace: str, name: str) -> str:
+    """The gang key of a CompositePodGroup: ``:`` is in no object name, so it meets no other key."""
+    return f"{namespace}/{COMPOSITE_PREFIX}{name}"
 
 
 def specs_from_workload_v1alpha1(obj: Mapping[str, Any]) -> dict[str, GangSpec]:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from .composites import COMPOSITES, PODGROUPS, CompositeTree
 from .conventions import MemberTopology, with_topology
 from .object_sources import GangObjectSource
 from .records import GangSpec
@@ -42,6 +43,7 @@ class Declarations:
         self.from_members: dict[str, GangSpec] = {}
         self.member_topology: dict[str, MemberTopology] = {}
         self._resolved: dict[str, GangSpec | None] = {}
+        self.composites = CompositeTree(self.by_source.get(PODGROUPS, {}), self.by_source.get(COMPOSITES, {}))
 
     # --- queries (hot path: memoised until a declaration moves) ------------------------------
     def spec(self, key: str) -> GangSpec | None:
@@ -68,6 +70,8 @@ class Declarations:
             spec = self.from_members.get(key)
         if spec is None:
             return None
+        if spec.min_parts:
+            return self.composites.complete(spec)
         topology = self.member_topology.get(key)
         if topology is not None:
             spec = with_topology(spec, topology)
@@ -88,11 +92,13 @@ class Declarations:
 
     # --- objects ---------------------------------------------------------------------------
     def put_object(self, source: GangObjectSource, obj: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-        """Take one object; returns (gang keys it declares now, keys it no longer declares)."""
+        """Take one object; returns (gang keys it declares now, and the composite gangs whose spec
+        moves with it; keys it no longer declares)."""
         specs = source.parse(obj)
         ident = object_id(obj)
         before = self.keys_of[source.name].get(ident, ())
         gone = [key for key in before if key not in specs]
+        roots = self._roots(source.name, ident, [*specs, *gone])
         table = self.by_source[source.name]
         for key in gone:
             table.pop(key, None)
@@ -101,17 +107,35 @@ class Declarations:
             self.keys_of[source.name][ident] = tuple(specs)
         else:
             self.keys_of[source.name].pop(ident, None)
+        self._tree_changed(source.name, [*specs, *gone])
         self._resolved.clear()
-        return list(specs), gone
+        roots |= self._roots(source.name, ident, [*specs, *gone])
+        return [*specs, *sorted(roots.difference(specs, gone))], gone
 
-    def drop_object(self, source_name: str, ident: str) -> list[str]:
-        """Forget one object; returns the gang keys it declared."""
+    def drop_object(self, source_name: str, ident: str) -> tuple[list[str], list[str]]:
+        """Forget one object; returns (the gang keys it declared, the composite gangs it was part of
+        or held, whose spec moves with it)."""
         keys = self.keys_of[source_name].pop(ident, ())
+        roots = self._roots(source_name, ident, keys)
         table = self.by_source[source_name]
         for key in keys:
             table.pop(key, None)
+        self._tree_changed(source_name, keys)
         self._resolved.clear()
-        return list(keys)
+        return list(keys), sorted(roots.difference(keys))
+
+    def _roots(self, source_name: str, ident: str, keys: Iterable[str]) -> set[str]:
+        """The composite gangs whose parts a change of these objects can move (their spec follows)."""
+        if source_name == PODGROUPS:
+            return {root for key in keys if (root := self.composites.root_of(key))}
+        if source_name == COMPOSITES:
+            return self.composites.roots_in(ident.partition("/")[0])
+        return set()
+
+    def _tree_changed(self, source_name: str, keys: Iterable[str]) -> None:
+        if source_name == PODGROUPS:
+            for key in keys:
+                self.composites.podgroup_changed(key)
 
     def objects_of(self, source_name: str) -> list[str]:
         return list(self.keys_of[source_name])

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ANNOTATION_PREFIX
-from .conventions import MemberTopology, topology_of_pod
+from .conventions import COMPOSITE_PREFIX, MemberTopology, topology_of_pod
 from .gang_sources import ANNOTATION_PREFERRED, ANNOTATION_REQUIRED, bookkeeping, lifecycle_overrides
 from .records import GangHome, GangSpec, JobSetMember
 
@@ -70,8 +70,11 @@ def jobset_key(jobset: str, attempt: int) -> str:
 
 
 def declaring_kind(key: str) -> str:
-    """What a gang key waits for when nothing declares it yet: its JobSet, else its PodGroup."""
-    return "JobSet" if _ATTEMPT.search(key) else "PodGroup"
+    """What a gang key waits for when nothing declares it yet: its JobSet, its CompositePodGroup,
+    else its PodGroup."""
+    if _ATTEMPT.search(key):
+        return "JobSet"
+    return "CompositePodGroup" if key.partition("/")[2].startswith(COMPOSITE_PREFIX) else "PodGroup"
 
 
 _ATTEMPT = re.compile(r"^[^/]+/[^/]+/(?:[^/]+/)?attempt\.[0-9]+$")

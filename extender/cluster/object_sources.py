@@ -14,6 +14,7 @@ from .conventions import (
     COSCHEDULING_API,
     NATIVE_GROUP,
     VOLCANO_API,
+    spec_from_composite,
     spec_from_crd_podgroup,
     spec_from_native_podgroup,
     specs_from_workload_v1alpha1,
@@ -67,6 +68,9 @@ GANG_OBJECT_KINDS = (
     GangObjectKind("podgroups", "podgroups",
                    (f"{NATIVE_GROUP}/v1", f"{NATIVE_GROUP}/v1beta1", f"{NATIVE_GROUP}/v1alpha2"),
                    _one(spec_from_native_podgroup)),
+    # 1.37 (alpha gate CompositePodGroup): gangs of PodGroups (``composites.py``); beta planned for 1.38.
+    GangObjectKind("compositepodgroups", "compositepodgroups",
+                   (f"{NATIVE_GROUP}/v1beta1", f"{NATIVE_GROUP}/v1alpha3"), _one(spec_from_composite)),
     # 1.35: gangs are podGroups inside the Workload itself. Later Workloads (v1alpha2 on) hold only
     # templates and declare no gang, whatever their version: their PodGroups do.
     GangObjectKind("workloads", "workloads", (f"{NATIVE_GROUP}/v1alpha1",),

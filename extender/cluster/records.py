@@ -70,6 +70,7 @@ class PodRecord:
     jobset: JobSetMember | None = None  # a JobSet's pod that names no gang: its JobSet decides (requests)
     node_selector: tuple[tuple[str, str], ...] = ()  # spec.nodeSelector, sorted (pins.py reads it)
     kueue_admitted: bool = False  # Kueue admitted its workload: Kueue owns its readiness requeue
+    part: str = ""  # the native PodGroup its spec.schedulingGroup names ("ns/name"; a composite's part)
 
     @property
     def key(self) -> str:
@@ -132,6 +133,17 @@ class PreemptionPolicy(Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class GangPart:
+    """One PodGroup of a composite gang (a CompositePodGroup's child): its members bind only with
+    the whole composite, and each part needs its own minCount, inside its own topology domain."""
+
+    key: str  # the PodGroup, "namespace/name" (its members' ``PodRecord.part``)
+    min_count: int
+    required_topology: str | None = None
+    home: GangHome | None = None  # the PodGroup: it shows its composite's conditions
+
+
+@dataclass(frozen=True, slots=True)
 class GangSpec:
     """One gang, whatever API declared it."""
 
@@ -158,6 +170,11 @@ class GangSpec:
     started_configmap: str = ""  # the ConfigMap Quorum writes once every member started ("" = none)
     disruption: DisruptionMode = DisruptionMode.ALL
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    # A native PodGroup that is a CompositePodGroup's child: the composite it names ("" for none).
+    parent: str = ""
+    # A composite gang (``composites.py``): its PodGroups, and how many of them it needs.
+    parts: tuple[GangPart, ...] = ()
+    min_parts: int = 0
     # Quorum's own bookkeeping, kept on the PodGroup so that it survives a restart (not declared
     # by the user: a change here is not a declaration change).
     requeues: int = 0
@@ -169,7 +186,8 @@ class GangSpec:
         return (self.min_count, self.is_gang, self.required_topology, self.preferred_topology,
                 self.slice_topology, self.slice_size, self.min_resources, self.bind_timeout,
                 self.problem, self.pods_ready_timeout, self.recovery_timeout, self.replace_outside_domain,
-                self.started_configmap, self.disruption, self.preemption_policy)
+                self.started_configmap, self.disruption, self.preemption_policy, self.parent, self.parts,
+                self.min_parts)
 
 
 def node_record(obj: dict[str, Any], level_labels: tuple[str, ...]) -> NodeRecord:
@@ -243,7 +261,15 @@ def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | N
         jobset=jobset,
         node_selector=_node_selector(spec.get("nodeSelector")),
         kueue_admitted=KUEUE_PODSET_LABEL in (meta.get("labels") or ()),
+        part=_scheduling_group(meta, spec),
     )
+
+
+def _scheduling_group(meta: dict[str, Any], spec: dict[str, Any]) -> str:
+    """The native PodGroup the pod names ("namespace/name"), or ""."""
+    group = spec.get("schedulingGroup")
+    name = group.get("podGroupName") if isinstance(group, dict) else None
+    return f"{meta.get('namespace', '')}/{name}" if isinstance(name, str) and name else ""
 
 
 # Kueue labels the pods of every workload it admitted with the workload's pod set.

@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections import OrderedDict
 
+from ..cluster.composites import parts_short
 from ..cluster.records import PodRecord
 from ..cluster.resources import Resources
 from ..topology.placement import fits
@@ -180,6 +181,11 @@ class Binder:
         running = self.registry.running_count(state.key)
         if len(state.held) + running < min_count:
             return
+        if spec is not None and spec.min_parts:
+            # A composite binds when every part can: one part's extras stand in for no other's.
+            if parts_short(spec, [*(h.pod for h in state.held.values()),
+                                  *self.registry.running_members(state.key)]):
+                return
         self.registry.timers.cancel(state.key, Deadline.BIND)
         held = take_held(state)
         # Reserved members beyond quorum that have not reached bind become ordinary extras: they

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import format_resources
 from .core import Core
 from .registry import GangRegistry
@@ -51,8 +52,20 @@ def gangs(core: Core, registry: GangRegistry) -> list[dict[str, Any]]:
             "reason": state.reason,
             "requests": format_resources(first.requests) if first else "{}",
             **(core.earmarks.view(key) if core.earmarks is not None else {}),
+            **_composite(spec, members),
         })
     return out
+
+
+def _composite(spec: GangSpec | None, members: list[PodRecord]) -> dict[str, Any]:
+    """A composite's PodGroups (``parts``): each one's minCount, members and members bound."""
+    if spec is None or not spec.min_parts:
+        return {}
+    return {"parts": [{"podGroup": part.key, "minCount": part.min_count,
+                       "requiredTopology": part.required_topology,
+                       "members": sum(1 for m in members if m.part == part.key),
+                       "bound": sum(1 for m in members if m.part == part.key and m.holds_capacity)}
+                      for part in spec.parts]}
 
 
 def document(core: Core, registry: GangRegistry) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..cluster.composites import parts_short
 from ..cluster.jobsets import declaring_kind
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
@@ -200,8 +201,12 @@ def backoff_gate(core: Core, registry: GangRegistry, g: GateInput) -> FilterDeci
 
 def quorum_gate(core: Core, g: GateInput) -> FilterDecision | None:
     alive = alive_count(g.members) + (0 if g.known else 1)
-    if alive >= g.spec.min_count:
+    if alive >= g.spec.min_count and not g.spec.min_parts:
         return None
+    if alive >= g.spec.min_count:  # a composite: each PodGroup needs its own members
+        counted = [m for m in g.members if m.counts_for_quorum and not m.deleting]
+        short = parts_short(g.spec, counted if g.known else [*counted, g.pod])
+        return reject_all(g.candidates, f"gang {g.state.key}: {short}") if short else None
     missing = g.spec.min_count - alive
     gated = sum(1 for m in g.members if m.gated and not m.terminal and not m.deleting)
     held_back = f" ({gated} held by scheduling gates)" if gated else ""

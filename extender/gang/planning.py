@@ -14,6 +14,7 @@ from ..cluster.pins import Pins, describe, node_matches, pinned_nodes, topology_
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.apart import Apart, resolve_apart
+from ..topology.composite import Part, place_parts
 from ..topology.pinned import PinnedGroup, place_pinned
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slice_repair import place_replacements_in_slices
@@ -67,14 +68,30 @@ def _short_of(minimum: tuple[tuple[str, int], ...], nodes: list[CandidateNode]) 
     return ""
 
 
-def _attempts(pending: Mapping[str, PodRecord], first_uid: str | None, needed: int) -> list[list[PodRecord]]:
+def _attempts(pending: Mapping[str, PodRecord], first_uid: str | None, needed: int,
+              part_needs: Mapping[str, int] | None = None) -> list[list[PodRecord]]:
     """The groups to place, in turn: every pending member (the filtered one first), then just
-    enough for quorum."""
+    enough for quorum (for a composite, just enough for each part's)."""
     ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
     attempts = [ordered]
-    if 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
+    if part_needs is not None:
+        enough = _enough_per_part(ordered, part_needs)
+        if enough and len(enough) < len(ordered):
+            attempts.append(enough)
+    elif 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
         attempts.append(ordered[:needed])
     return attempts
+
+
+def _enough_per_part(ordered: list[PodRecord], needs: Mapping[str, int]) -> list[PodRecord]:
+    """The first members of each part, as many as the part still needs."""
+    taken: dict[str, int] = {}
+    out = []
+    for m in ordered:
+        if taken.get(m.part, 0) < needs.get(m.part, 0):
+            taken[m.part] = taken.get(m.part, 0) + 1
+            out.append(m)
+    return out
 
 
 def fingerprint(candidates: list[str]) -> tuple[int, int]:
@@ -102,8 +119,9 @@ class Planner:
 
         An unknown *preferred* level is only a preference that cannot be met: it is ignored.
         """
-        for what, ref in (("required topology", spec.required_topology),
-                          ("slice topology", spec.slice_topology)):
+        asked = [("required topology", spec.required_topology), ("slice topology", spec.slice_topology),
+                 *((f"PodGroup {p.key}'s required topology", p.required_topology) for p in spec.parts)]
+        for what, ref in asked:
             if ref and self.level(ref) is None:
                 return (f"gang {spec.key}: {what} {ref!r} is not a configured level "
                         f"({', '.join(self.level_names)})")
@@ -165,33 +183,42 @@ class Planner:
         """Place the pending members (all of them, else just enough for quorum). Pure: no state."""
         required = self.level(spec.required_topology)
         preferred = self.level(spec.preferred_topology)
-        constrained = required is not None or preferred is not None or spec.slice_topology is not None
+        constrained = required is not None or preferred is not None or spec.slice_topology is not None or \
+            any(p.required_topology for p in spec.parts)
         nodes = self.candidates(candidates, spec.key, self._pinned_domain(required, bound_nodes),
                                 labelled_only=constrained, freed=freed)
         if spec.min_resources and not bound_nodes:
             short = _short_of(spec.min_resources, nodes)
             if short:
                 return NoFit(short)
-        slices = self.level(spec.slice_topology)
         apart = resolve_apart(pending.values(), self.level_labels, bound_nodes, self.core.cache.nodes)
         result: Placement | NoFit = NoFit("no members to place")
-        for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes)):
-            members = [Member(m.uid, m.requests, m.rank) for m in group]
-            pins = self._pin_groups(group)
-            if slices is not None and spec.slice_size and not bound_nodes:
-                result = place_sliced(nodes, members, self.level_names, required, preferred, slices,
-                                      spec.slice_size, apart)
-            elif slices is not None and spec.slice_size:
-                # Replacements for lost members of a running gang go back into their slices' domains.
-                result = place_replacements_in_slices(nodes, members, self.level_names, slices,
-                                                      spec.slice_size, self._slice_paths(bound_nodes, slices))
-            elif pins is not None:
-                result = self._place_pinned(nodes, members, pins, required, preferred, apart)
-            else:
-                result = place_gang(nodes, members, self.level_names, required, preferred, apart)
+        part_needs = self._part_needs(spec) if spec.min_parts else None
+        for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes), part_needs):
+            result = self._place_group(spec, nodes, group, bound_nodes, required, preferred, apart)
             if isinstance(result, Placement):
                 break
         return result
+
+    def _place_group(self, spec: GangSpec, nodes: list[CandidateNode], group: list[PodRecord],
+                     bound_nodes: list[str], required: int | None, preferred: int | None,
+                     apart: Apart | None) -> Placement | NoFit:
+        """One attempt: the members in ``group``, by the search the gang's shape calls for."""
+        if spec.min_parts:
+            return self._place_parts(nodes, group, spec, required, preferred, apart)
+        members = [Member(m.uid, m.requests, m.rank) for m in group]
+        slices = self.level(spec.slice_topology)
+        if slices is not None and spec.slice_size and not bound_nodes:
+            return place_sliced(nodes, members, self.level_names, required, preferred, slices,
+                                spec.slice_size, apart)
+        if slices is not None and spec.slice_size:
+            # Replacements for lost members of a running gang go back into their slices' domains.
+            return place_replacements_in_slices(nodes, members, self.level_names, slices,
+                                                spec.slice_size, self._slice_paths(bound_nodes, slices))
+        pins = self._pin_groups(group)
+        if pins is not None:
+            return self._place_pinned(nodes, members, pins, required, preferred, apart)
+        return place_gang(nodes, members, self.level_names, required, preferred, apart)
 
     def _pin_groups(self, group: list[PodRecord]) -> dict[Pins, set[str]] | None:
         """The members' uids by what their nodeSelectors pin, when they are not all pinned alike
@@ -213,6 +240,25 @@ class Planner:
                               [m for m in members if m.key in uids])
                   for p, uids in pins.items()]
         return place_pinned(groups, self.level_names, required, preferred, apart)
+
+    def _part_needs(self, spec: GangSpec) -> dict[str, int]:
+        """How many more members each part of a composite needs to reach its minCount."""
+        inflight = self.core.ledger.inflight()
+        running: dict[str, int] = {}
+        for m in self.core.cache.members(spec.key):
+            if (m.holds_capacity and not m.deleting) or m.uid in inflight:
+                running[m.part] = running.get(m.part, 0) + 1
+        return {p.key: p.min_count - running.get(p.key, 0) for p in spec.parts}
+
+    def _place_parts(self, nodes: list[CandidateNode], group: list[PodRecord], spec: GangSpec,
+                     required: int | None, preferred: int | None, apart: Apart | None) -> Placement | NoFit:
+        """A composite's members part by part, each part in its own domain (``topology/composite.py``)."""
+        by_part: dict[str, list[Member]] = {}
+        for m in group:
+            by_part.setdefault(m.part, []).append(Member(m.uid, m.requests, m.rank))
+        levels = {p.key: self.level(p.required_topology) for p in spec.parts}
+        parts = [Part(key.partition("/")[2], members, levels.get(key)) for key, members in by_part.items()]
+        return place_parts(nodes, parts, self.level_names, required, preferred, apart)
 
     def _slice_paths(self, bound_nodes: list[str], level: int) -> list[tuple[str, ...]]:
         """The slice-domain path of each running member (unknown nodes count as no domain)."""

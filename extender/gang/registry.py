@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from ..cluster.records import PodRecord
 from .core import Core, alive_count, runs
 from .state import (
     Facts,
@@ -104,6 +105,14 @@ class GangRegistry:
         bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
         unseen = (m.uid for m in members if not m.node_name)
         return bound + self.core.ledger.inflight_of(key, unseen, evicting)
+
+    def running_members(self, key: str) -> list[PodRecord]:
+        """The members ``running_count`` counts (a composite's quorum is counted part by part)."""
+        state = self._gangs.get(key)
+        evicting = state.evicting if state is not None else ()
+        ledger = self.core.ledger
+        return [m for m in self.core.cache.members(key) if m.uid not in evicting and
+                (runs(m) or (not m.node_name and ledger.is_inflight(m.uid)))]
 
     def running_nodes(self, key: str) -> list[str]:
         """Nodes of the members that run (or whose bind succeeded): they pin the gang's domain.

@@ -136,6 +136,9 @@ class Reporter:
         full = [GangCondition(kind, status, reason, message)
                 for kind, (status, reason, message) in sorted(applied.items())]
         self.core.spawn(self.core.actions.set_gang_conditions(home, full))
+        for part in spec.parts if spec is not None else ():  # a composite's PodGroups show its state
+            if part.home is not None:
+                self.core.spawn(self.core.actions.set_gang_conditions(part.home, full))
 
     def _wanted(self, state: GangState, applied: Applied) -> list[GangCondition]:
         text = state.reason or f"gang {state.key}: {state.phase}"

@@ -125,9 +125,11 @@ def merge_annotations(current: dict[str, str], patch: dict[str, str | None]) -> 
 
 
 def make_podgroup(name: str, min_count: int | None, *, namespace: str = "ml",
-                  topology_key: str | None = None, priority: int | None = None) -> dict[str, Any]:
+                  topology_key: str | None = None, priority: int | None = None,
+                  parent: str | None = None) -> dict[str, Any]:
     """A scheduling.k8s.io/v1beta1 PodGroup; ``min_count=None`` gives the basic policy. Its required
-    topology is ``topology_key`` (any policy may carry one); ``priority=None`` keeps the recorded one."""
+    topology is ``topology_key`` (any policy may carry one); ``priority=None`` keeps the recorded one;
+    ``parent`` names its CompositePodGroup."""
     if min_count is None:
         group: dict[str, Any] = load("podgroup_basic.json")
     else:
@@ -138,8 +140,26 @@ def make_podgroup(name: str, min_count: int | None, *, namespace: str = "ml",
         group["spec"]["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
     if priority is not None:
         group["spec"]["priority"] = priority
+    if parent is not None:
+        group["spec"]["parentCompositePodGroupName"] = parent
     group["metadata"].update(name=name, namespace=namespace)
     return group
+
+
+def make_composite(name: str, min_groups: int | None, *, namespace: str = "ml",
+                   topology_key: str | None = None, parent: str | None = None) -> dict[str, Any]:
+    """A scheduling.k8s.io/v1alpha3 CompositePodGroup as 1.37 serves it; ``min_groups=None`` gives
+    the basic policy."""
+    policy: dict[str, Any] = {"basic": {}} if min_groups is None else {"gang": {"minGroupCount": min_groups}}
+    spec: dict[str, Any] = {"schedulingPolicy": policy, "disruptionMode": {"all": {}}}
+    if topology_key is not None:
+        spec["schedulingConstraints"] = {"topology": [{"key": topology_key}]}
+    if parent is not None:
+        spec["parentCompositePodGroupName"] = parent
+    return {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-cpg-{name}",
+                         "creationTimestamp": "2026-11-27T08:00:00Z"},
+            "spec": spec}
 
 
 def extender_args(pod: dict[str, Any], *, names: list[str] | None = None,

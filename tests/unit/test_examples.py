@@ -221,7 +221,7 @@ def as_topology(pod: Mapping[str, Any]) -> Topology | None:
 
 # The informer's source for each (apiVersion, kind) of gang object.
 _KIND = {"podgroups": "PodGroup", "workloads": "Workload", "coscheduling": "PodGroup", "volcano": "PodGroup",
-         "jobsets": "JobSet"}
+         "jobsets": "JobSet", "compositepodgroups": "CompositePodGroup"}
 SOURCES: dict[tuple[str, str], GangObjectSource] = {
     (version, _KIND[kind.name]): kind.source(version)
     for kind in GANG_OBJECT_KINDS for version in kind.versions

@@ -294,7 +294,7 @@ async def test_stop_cancels_all_loops(cache: ClusterCache, metrics: Metrics) -> 
     informer.start()
     await eventually(lambda: all(cache.synced.values()))
     tasks = list(informer._tasks)
-    assert len(tasks) == 11  # nodes, pods, the five kinds of gang object and the four DRA kinds
+    assert len(tasks) == 12  # nodes, pods, the six kinds of gang object and the four DRA kinds
     await informer.stop()
     assert all(task.done() for task in tasks)
     assert informer._tasks == []
@@ -388,6 +388,7 @@ async def test_not_ready_while_a_watch_backs_off(
     assert informer.status()["nodes"] == "watching"
     await eventually(informer.healthy)  # the watch is accepted again after 0.5 s
     assert informer.status() == {"nodes": "watching", "pods": "watching", "podgroups": "watching",
+                                 "compositepodgroups": ABSENT,
                                  "workloads": ABSENT, "coscheduling": ABSENT, "volcano": ABSENT,
                                  "jobsets": ABSENT, **dict.fromkeys(DRA_KINDS, "watching")}
     assert [rv for path, rv in kube.watch_calls if path == PODS] == ["100", "100"]

@@ -178,6 +178,24 @@ async def test_conditions_are_applied_with_stable_transition_times(kube: KubeWor
     }
 
 
+async def test_a_composite_gets_its_kinds_condition_names_and_is_not_confused_with_a_podgroup(
+        kube: KubeWorld) -> None:
+    composite = GangHome("scheduling.k8s.io/v1alpha3", "CompositePodGroup", "compositepodgroups", "ml",
+                         "trainer", conditions=True)
+    scheduled = GangCondition("PodGroupInitiallyScheduled", True, "Scheduled", "3/3 bound")
+    started = GangCondition("quorum.dev/GangStarted", False, "NotStarted", "")
+    await kube.client.set_gang_conditions(composite, [scheduled, started])
+    await kube.client.set_gang_conditions(TRAINER, [scheduled])
+    first, second = kube.api.requests
+    assert first.path == "/apis/scheduling.k8s.io/v1alpha3/namespaces/ml/compositepodgroups/trainer/status"
+    assert [c["type"] for c in first.body["status"]["conditions"]] == \
+        ["CompositePodGroupInitiallyScheduled", "quorum.dev/GangStarted"]
+    assert first.body["kind"] == "CompositePodGroup"
+    # The PodGroup of the same name starts its own condition history (its transition time is new).
+    assert [c["type"] for c in second.body["status"]["conditions"]] == ["PodGroupInitiallyScheduled"]
+    assert second.path == f"{PODGROUP}/status"
+
+
 async def test_condition_writes_of_a_gang_land_in_the_order_they_were_asked(kube: KubeWorld) -> None:
     """Each write sends the whole set: an older one answered after a newer one would take back
     what the newer one added (a condition set a moment later, lost)."""
