@@ -14,7 +14,8 @@ alone. Pods are filed again whenever the tree changes.
 
 Not done yet: a composite in the middle of a tree adds no constraint of its own (the topmost gang
 composite's and the PodGroups' are honoured), and Quorum waits for every child PodGroup it knows
-(and for ``minGroupCount`` of them at least), not for any ``minGroupCount`` of more.
+(and for ``minGroupCount`` of them at least), not for any ``minGroupCount`` of more. Planning part
+by part is in ``gang/parts.py`` and ``topology/composite.py``.
 """
 
 from __future__ import annotations

@@ -14,12 +14,13 @@ from ..cluster.pins import Pins, describe, node_matches, pinned_nodes, topology_
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.apart import Apart, resolve_apart
-from ..topology.composite import Part, place_parts
+from ..topology.composite import place_parts
 from ..topology.pinned import PinnedGroup, place_pinned
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
 from ..topology.slice_repair import place_replacements_in_slices
 from ..topology.slices import place_sliced
 from .core import Core
+from .parts import composite_parts, part_needs_of
 from .registry import GangRegistry
 from .state import ClaimEpoch, GangState, NoFitMemo, note_reserved
 
@@ -193,7 +194,7 @@ class Planner:
                 return NoFit(short)
         apart = resolve_apart(pending.values(), self.level_labels, bound_nodes, self.core.cache.nodes)
         result: Placement | NoFit = NoFit("no members to place")
-        part_needs = self._part_needs(spec) if spec.min_parts else None
+        part_needs = part_needs_of(self.core, spec) if spec.min_parts else None
         for group in _attempts(pending, first_uid, spec.min_count - len(bound_nodes), part_needs):
             result = self._place_group(spec, nodes, group, bound_nodes, required, preferred, apart)
             if isinstance(result, Placement):
@@ -241,23 +242,10 @@ class Planner:
                   for p, uids in pins.items()]
         return place_pinned(groups, self.level_names, required, preferred, apart)
 
-    def _part_needs(self, spec: GangSpec) -> dict[str, int]:
-        """How many more members each part of a composite needs to reach its minCount."""
-        inflight = self.core.ledger.inflight()
-        running: dict[str, int] = {}
-        for m in self.core.cache.members(spec.key):
-            if (m.holds_capacity and not m.deleting) or m.uid in inflight:
-                running[m.part] = running.get(m.part, 0) + 1
-        return {p.key: p.min_count - running.get(p.key, 0) for p in spec.parts}
-
     def _place_parts(self, nodes: list[CandidateNode], group: list[PodRecord], spec: GangSpec,
                      required: int | None, preferred: int | None, apart: Apart | None) -> Placement | NoFit:
-        """A composite's members part by part, each part in its own domain (``topology/composite.py``)."""
-        by_part: dict[str, list[Member]] = {}
-        for m in group:
-            by_part.setdefault(m.part, []).append(Member(m.uid, m.requests, m.rank))
-        levels = {p.key: self.level(p.required_topology) for p in spec.parts}
-        parts = [Part(key.partition("/")[2], members, levels.get(key)) for key, members in by_part.items()]
+        """A composite's members part by part, each part in its own domain (``parts.py``)."""
+        parts = composite_parts(self.core, spec, group, self.level)
         return place_parts(nodes, parts, self.level_names, required, preferred, apart)
 
     def _slice_paths(self, bound_nodes: list[str], level: int) -> list[tuple[str, ...]]:

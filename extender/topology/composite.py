@@ -25,6 +25,7 @@ class Part:
     name: str
     members: Sequence[Member]
     required_level: int | None
+    within: tuple[str, ...] = ()  # the domain its running members hold (replacements join them)
 
 
 def place_parts(nodes: Sequence[CandidateNode], parts: Sequence[Part], level_names: Sequence[str],
@@ -40,13 +41,18 @@ def place_parts(nodes: Sequence[CandidateNode], parts: Sequence[Part], level_nam
     first_reason = ""
     for domain in domains:
         inside = [n for n in nodes if required_level is None or n.domains[: required_level + 1] == domain]
-        turns = [Turn(f"PodGroup {p.name}", inside, p.members, p.required_level) for p in ordered]
-        result = place_in_turn(turns, level_names, preferred_level, apart, same_domain=None)
+        result = place_in_turn(_turns(inside, ordered), level_names, preferred_level, apart, same_domain=None)
         if isinstance(result, Placement):
             return Placement(result.assignment, domain or result.domain, result.domains_used)
         first_reason = first_reason or result.reason
     where = "" if required_level is None else f" (in every {level_names[required_level]} that holds them all)"
     return NoFit(f"{first_reason}{where}")
+
+
+def _turns(inside: Sequence[CandidateNode], parts: Sequence[Part]) -> list[Turn]:
+    """Each part on the nodes of the domain it already holds, if any."""
+    return [Turn(f"PodGroup {p.name}", [n for n in inside if n.domains[: len(p.within)] == p.within],
+                 p.members, p.required_level) for p in parts]
 
 
 def _domains(nodes: Sequence[CandidateNode], parts: Sequence[Part], level_names: Sequence[str],

@@ -84,10 +84,10 @@ def test_a_podgroup_changing_under_a_composite_changes_the_composites_spec() -> 
     assert spec is not None and spec.parts == () and spec.min_count == 1
 
 
-def composite_world(sizes: dict[str, int], pods: dict[str, int] | None = None) -> World:
-    """Two blocks of two racks of two 8-GPU nodes; composite ``train`` in one block, each PodGroup in
-    one rack; ``pods`` members per PodGroup (its size by default), one whole node each."""
-    world = World()
+def composite_world(sizes: dict[str, int], pods: dict[str, int] | None = None, per_rack: int = 2) -> World:
+    """Two blocks of two racks of ``per_rack`` 8-GPU nodes; composite ``train`` in one block, each
+    PodGroup in one rack; ``pods`` members per PodGroup (its size by default), one whole node each."""
+    world = World(nodes_per_rack=per_rack)
     world.cache.upsert_gang_object(COMPOSITES, make_composite("train", len(sizes), topology_key=BLOCK))
     children(world.cache, sizes)
     for group, count in (pods or sizes).items():
@@ -189,3 +189,16 @@ def test_place_parts_without_a_composite_domain_places_parts_anywhere_apart_from
     result = place_parts(nodes, [part("a", 2), part("b", 2)], LEVELS, None, None)
     assert isinstance(result, Placement), result
     assert len(set(result.assignment.values())) == 4
+
+
+async def test_a_replacement_for_a_lost_member_joins_its_own_podgroups_rack() -> None:
+    """Racks of four: a (3) and b (3) run in the two racks of one block, one node left in each. a
+    loses a member: its replacement goes back to a's rack, though b's has a node free too."""
+    world = composite_world({"a": 3, "b": 3}, per_rack=4)
+    await schedule(world, ["a0", "a1", "a2", "b0", "b1", "b2"])
+    rack_a, rack_b = (world.rack_of(world.cache.pods[f"uid-{n}"].node_name) for n in ("a0", "b0"))
+    assert rack_a != rack_b
+    world.cache.delete_pod(world.pods.pop("a2"))
+    world.add(gang_pod("a3", podgroup="a", gpus=8))
+    passing = world.filter("a3").passing
+    assert passing and {world.rack_of(n) for n in passing} == {rack_a}, (passing, rack_a)
