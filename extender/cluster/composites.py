@@ -110,6 +110,14 @@ def parts_short(spec: GangSpec, members: Iterable[PodRecord]) -> str:
     return f"PodGroups short of their minCount: {', '.join(short)}" if short else ""
 
 
+def quorum_count(spec: GangSpec, members: Iterable[PodRecord]) -> int:
+    """The members that count towards a composite's minCount: in each part, up to its own."""
+    counts: dict[str, int] = {}
+    for m in members:
+        counts[m.part] = counts.get(m.part, 0) + 1
+    return sum(min(counts.get(p.key, 0), p.min_count) for p in spec.parts)
+
+
 class CompositeFiling:
     """Files the pods of a composite's PodGroups under the composite, and again when the tree moves."""
 

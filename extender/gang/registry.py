@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
+from ..cluster.composites import is_composite_key, quorum_count
 from ..cluster.records import PodRecord
 from .core import Core, alive_count, runs
 from .state import (
@@ -98,13 +99,20 @@ class GangRegistry:
         return state
 
     def running_count(self, key: str) -> int:
-        """Members bound, as the cache sees it plus binds that succeeded but are not seen yet."""
+        """Members bound, as the cache sees it plus binds that succeeded but are not seen yet. A
+        composite counts in each part no more than its minCount: extras of one part make up for no
+        other's, so "running at quorum" means every part is."""
         members = self.core.cache.members(key)
         state = self._gangs.get(key)
         evicting = state.evicting if state is not None else ()
         bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
         unseen = (m.uid for m in members if not m.node_name)
-        return bound + self.core.ledger.inflight_of(key, unseen, evicting)
+        count = bound + self.core.ledger.inflight_of(key, unseen, evicting)
+        if count and is_composite_key(key):
+            spec = self.core.cache.gang_spec(key)
+            if spec is not None and spec.min_parts:
+                return quorum_count(spec, self.running_members(key))
+        return count
 
     def running_members(self, key: str) -> list[PodRecord]:
         """The members ``running_count`` counts (a composite's quorum is counted part by part)."""

@@ -11,6 +11,7 @@ from extender.adapters.status import render
 from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import GANG_CHANGED
 from extender.cluster.object_sources import GANG_OBJECT_KINDS
+from extender.gang.state import Phase
 from extender.topology.composite import Part, place_parts
 from extender.topology.model import CandidateNode, Member, NoFit, Placement
 
@@ -202,3 +203,15 @@ async def test_a_replacement_for_a_lost_member_joins_its_own_podgroups_rack() ->
     world.add(gang_pod("a3", podgroup="a", gpus=8))
     passing = world.filter("a3").passing
     assert passing and {world.rack_of(n) for n in passing} == {rack_a}, (passing, rack_a)
+
+
+async def test_a_running_composite_whose_podgroup_falls_below_its_min_count_is_recovering() -> None:
+    """a runs one member over its minCount; b loses one of its two: three of three members still
+    run, but b is short, which a's extra does not make up for."""
+    world = composite_world({"a": 1, "b": 2}, pods={"a": 2, "b": 2})
+    await schedule(world, ["a0", "a1", "b0", "b1"])
+    assert world.coordinator.registry.gangs[ROOT].phase == Phase.BOUND
+    world.cache.delete_pod(world.pods.pop("b1"))
+    await asyncio.sleep(0)
+    assert world.coordinator.registry.gangs[ROOT].phase == Phase.RECOVERING
+    assert world.coordinator.registry.running_count(ROOT) == 2
