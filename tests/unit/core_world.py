@@ -30,7 +30,7 @@ from extender.cluster.resources import Resources, add_into, subtract_into
 from extender.gang.core import BindFailed
 from extender.topology.model import fits
 
-from .payloads import LEVEL_LABELS, make_node, make_pod, make_podgroup, merge_annotations
+from .payloads import LEVEL_LABELS, make_composite, make_node, make_pod, make_podgroup, merge_annotations
 
 GPU = "nvidia.com/gpu"
 NAMESPACE = "ml"
@@ -132,9 +132,22 @@ def pod(name: str, gpus: int, annotations: dict[str, str] | None = None, group: 
     return obj
 
 
-def podgroup(name: str, min_count: int | None, rack: bool, priority: int = 0) -> Obj:
+def podgroup(name: str, min_count: int | None, rack: bool, priority: int = 0,
+             parent: str | None = None) -> Obj:
     return make_podgroup(name, min_count or None, namespace=NAMESPACE, topology_key="rack" if rack else None,
-                         priority=priority)
+                         priority=priority, parent=parent)
+
+
+# A CompositePodGroup: the PodGroups that name it (``podgroup_changes``) are one gang with it.
+COMPOSITE = "c0"
+COMPOSITE_KEY = f"{NAMESPACE}/composite:{COMPOSITE}"
+COMPOSITE_GROUPS = 2  # its minGroupCount
+COMPOSITE_SOURCE = next(k for k in GANG_OBJECT_KINDS if k.name == "compositepodgroups").source(
+    "scheduling.k8s.io/v1alpha3")
+
+
+def composite() -> Obj:
+    return make_composite(COMPOSITE, COMPOSITE_GROUPS, namespace=NAMESPACE)
 
 
 def claiming(obj: Obj, gang: str, min_count: int, group: bool) -> Obj:
@@ -174,6 +187,7 @@ class ClusterModel:
         self.pods: dict[str, Obj] = {}
         self.podgroups: dict[str, Obj] = {}
         self.jobsets: dict[str, Obj] = {}
+        self.composites: dict[str, Obj] = {}
         self.cache = ClusterCache(LEVEL_LABELS)
         self.watch = "now"  # when new pods and bindings reach the cache: "now", "later" or "manual"
         self.api_delay = 0.0
@@ -194,6 +208,7 @@ class ClusterModel:
         # Gangs of deleted pods: a binding refused because its pod is gone still belongs to the
         # batch Quorum released (Quorum may not have seen the pod, nor its deletion).
         self.former_gangs: dict[str, str | None] = {}
+        self.former_parts: dict[str, str | None] = {}
 
     # ------------------------------------------------------------------ reading the cluster
     def gang_of(self, uid: str) -> str | None:
@@ -205,10 +220,11 @@ class ClusterModel:
         pod's annotations name (the Job controller's PodGroup of an annotated Job); a JobSet's pod
         that names none is in its JobSet's gang (while the JobSet is unknown: the JobSet's key)."""
         named, group = yielding_gang_key(obj), scheduling_group_key(obj)
-        if named is not None and group is not None:
-            podgroup = self.podgroups.get(group.split("/", 1)[1])
-            if podgroup is not None and "gang" not in podgroup["spec"]["schedulingPolicy"]:
-                return named
+        podgroup = self.podgroups.get(group.split("/", 1)[1]) if group is not None else None
+        if named is not None and podgroup is not None and "gang" not in podgroup["spec"]["schedulingPolicy"]:
+            return named
+        if podgroup is not None and podgroup["spec"].get("parentCompositePodGroupName"):
+            return f"{NAMESPACE}/composite:{podgroup['spec']['parentCompositePodGroupName']}"
         key = gang_key_of_pod(obj)
         labels = obj["metadata"].get("labels") or {}
         if key is not None or labels.get("jobset.sigs.k8s.io/jobset-name") != JOBSET:
@@ -238,9 +254,40 @@ class ClusterModel:
             return 2 * pods
         return pods if level == "job" and gang != f"{NAMESPACE}/{JOBSET}/attempt.0" else 0
 
+    def parts(self, gang: str) -> dict[str, int] | None:
+        """A composite's PodGroups and their minCounts (None for any other gang)."""
+        if gang != COMPOSITE_KEY:
+            return None
+        return {f"{NAMESPACE}/{name}": _gang_min(obj) for name, obj in self.podgroups.items()
+                if obj["spec"].get("parentCompositePodGroupName") == COMPOSITE}
+
+    def part_of(self, uid: str) -> str | None:
+        obj = self.pods.get(uid) or self.vanished.get(uid)
+        return self.former_parts.get(uid) if obj is None else scheduling_group_key(obj)
+
+    def short(self, gang: str, uids: set[str]) -> bool:
+        """Whether these members running make less than the gang's quorum: for a composite, each
+        PodGroup's own (while the composite exists: without it nothing may bind at all)."""
+        parts = self.parts(gang)
+        if parts is None:
+            return len(uids) < self.min_count(gang)
+        if COMPOSITE not in self.composites:
+            return False
+        counts: dict[str | None, int] = {}
+        for uid in uids:
+            counts[self.part_of(uid)] = counts.get(self.part_of(uid), 0) + 1
+        return len(parts) < COMPOSITE_GROUPS or any(counts.get(k, 0) < m for k, m in parts.items())
+
+    def held_for_composite(self, uid: str) -> bool:
+        """A pod of a PodGroup that names the composite, while the composite does not exist."""
+        return self.gang_of(uid) == COMPOSITE_KEY and COMPOSITE not in self.composites
+
     def min_count(self, gang: str) -> int:
         """The quorum the cluster's objects ask for (0 when the gang is not a valid gang now)."""
         name = gang.split("/", 1)[1]
+        parts = self.parts(gang)
+        if parts is not None:
+            return sum(parts.values()) if COMPOSITE in self.composites else 0
         if name.startswith(f"{JOBSET}/"):
             return self._jobset_min_count(gang)
         if name in self.podgroups:
@@ -334,6 +381,7 @@ class ClusterModel:
         yet reaches the cache before its deletion does."""
         obj = self.pods.pop(uid)
         self.former_gangs[uid] = self.filed(obj)
+        self.former_parts[uid] = scheduling_group_key(obj)
         if uid in self.unseen:
             self.unseen.discard(uid)
             if self.watch == "manual":
@@ -399,6 +447,8 @@ class ClusterModel:
         self.calls.append(call)
         if self.held_for_jobset(uid):
             self.bound_alone.append(f"{name} to {node_name}: released while its JobSet does not exist")
+        if self.held_for_composite(uid):
+            self.bound_alone.append(f"{name} to {node_name}: released while its composite does not exist")
         self.binding[uid] = (gang, node_name)
         try:
             await asyncio.sleep(self.api_delay)
@@ -406,7 +456,7 @@ class ClusterModel:
             if refusal:
                 raise BindFailed(f"binding {namespace}/{name}: {refusal}")
             together = call.running | self.batch(call)
-            if len(together) < call.need:
+            if len(together) < call.need or (gang == COMPOSITE_KEY and self.short(gang, together)):
                 self.bound_alone.append(f"{name} to {node_name}: {len(together)}/{call.need} of {gang}")
             self.bind(uid, node_name)
         except BaseException:
@@ -449,3 +499,8 @@ class ClusterModel:
         """The pod as a request carries it (the wire's reading)."""
         named = gang_key_of_pod(obj)
         return pod_record(obj, named, yielding_gang_key(obj), jobset_member(obj) if named is None else None)
+
+
+def _gang_min(podgroup: Obj) -> int:
+    policy = podgroup["spec"]["schedulingPolicy"]
+    return int(policy["gang"]["minCount"]) if "gang" in policy else 0

@@ -35,6 +35,9 @@ from extender.gang.state import Claim
 from extender.metrics import Metrics
 
 from .core_world import (
+    COMPOSITE,
+    COMPOSITE_KEY,
+    COMPOSITE_SOURCE,
     JOB_GROUPS,
     JOBSET,
     JOBSET_SOURCE,
@@ -46,6 +49,7 @@ from .core_world import (
     VirtualClockLoop,
     bound_node,
     claiming,
+    composite,
     jobset,
     node,
     podgroup,
@@ -181,12 +185,13 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(gang=GANG, gpus=GPUS, min_count=st.integers(1, 4), rack=st.booleans(),
           count=st.sampled_from(["one", "quorum", "quorum", "more", "fewer"]), priority=PRIORITY,
-          single=st.booleans())
+          single=st.booleans(), in_composite=st.booleans())
     def pods_created(self, gang: str | None, gpus: int, min_count: int, count: str, rack: bool,
-                     priority: int = 0, single: bool = False) -> None:
-        """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them."""
+                     priority: int = 0, single: bool = False, in_composite: bool = False) -> None:
+        """One pod, or a gang's worth around its quorum with its PodGroup, as a Job creates them
+        (``in_composite``: a PodGroup under the CompositePodGroup, which may come later)."""
         if gang in GROUPS and gang not in self.model.podgroups and count != "one":
-            self.podgroup_changes(gang, min_count, rack, priority, single)
+            self.podgroup_changes(gang, min_count, rack, priority, single, in_composite)
         if gang == JOBSET and JOBSET not in self.model.jobsets and count != "one" and not rack:
             # (with ``rack``, the pods come first, as when Quorum's watch delivers them before it)
             self.jobset_changes("job" if single else "jobset", max(1, min_count // 2))
@@ -247,12 +252,13 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(group=st.sampled_from((*GROUPS, *JOB_GROUPS.values())),
           min_count=st.sampled_from(["gone", None, 1, 2, 3, 4]),
-          rack=st.booleans(), priority=PRIORITY, single=st.booleans())
+          rack=st.booleans(), priority=PRIORITY, single=st.booleans(), in_composite=st.booleans())
     def podgroup_changes(self, group: str, min_count: int | str | None, rack: bool,
-                         priority: int = 0, single: bool = False) -> None:
+                         priority: int = 0, single: bool = False, in_composite: bool = False) -> None:
         """A PodGroup is created or changed (None: the basic policy, not a gang), or deleted;
         ``single``: its disruptionMode lets preemption take its members one by one. A Job's
-        PodGroup (``JOB_GROUPS``) turning basic or not moves its annotated pods between gangs."""
+        PodGroup (``JOB_GROUPS``) turning basic or not moves its annotated pods between gangs.
+        ``in_composite``: created under the CompositePodGroup (a parent is never changed after)."""
         before = self._running_gangs()
         key = f"{NAMESPACE}/{group}"
         if min_count == "gone":
@@ -265,15 +271,40 @@ class CoreMachine(RuleBasedStateMachine):
                 self.model.disturbed.add(key)
             self._disturb_moved(before)
             return
-        obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority)
+        existing = self.model.podgroups.get(group)
+        parent = existing["spec"].get("parentCompositePodGroupName") if existing is not None else \
+            (COMPOSITE if in_composite and group in GROUPS else None)
+        obj = podgroup(group, min_count if isinstance(min_count, int) else None, rack, priority, parent)
         if single:
             obj["spec"]["disruptionMode"] = {"single": {}}
         self.model.podgroups[group] = obj
         running = self.model.running(key) | {u for u, (g, _) in self.model.binding.items() if g == key}
         if isinstance(min_count, int) and 0 < len(running) < min_count:
             self.model.disturbed.add(key)  # minCount raised over members already running
+        self._disturb_composite()
         self.loop.run(lambda: self.model.cache.upsert_podgroup(obj))
         self._disturb_moved(before)
+
+    @rule(present=st.booleans())
+    def composite_changes(self, present: bool) -> None:
+        """The CompositePodGroup comes or goes; the PodGroups that name it stay."""
+        before = self._running_gangs()
+        if present:
+            obj = self.model.composites[COMPOSITE] = composite()
+            self._disturb_composite()
+            self.loop.run(lambda: self.model.cache.upsert_gang_object(COMPOSITE_SOURCE, obj))
+        else:
+            gone = self.model.composites.pop(COMPOSITE, composite())
+            self.loop.run(lambda: self.model.cache.delete_gang_object(COMPOSITE_SOURCE, gone))
+        self._disturb_moved(before)
+
+    def _disturb_composite(self) -> None:
+        """A change that leaves the composite's running members short of what its PodGroups now ask
+        (a PodGroup added to it, or its minCount raised) disturbs it, as a raised minCount does."""
+        running = self.model.running(COMPOSITE_KEY) | {u for u, (g, _) in self.model.binding.items()
+                                                        if g == COMPOSITE_KEY}
+        if running and self.model.short(COMPOSITE_KEY, running):
+            self.model.disturbed.add(COMPOSITE_KEY)
 
     @rule(level=st.sampled_from(["gone", None, "jobset", "job"]), pods_per_job=st.integers(1, 2))
     def jobset_changes(self, level: str | None, pods_per_job: int) -> None:
@@ -443,8 +474,8 @@ class CoreMachine(RuleBasedStateMachine):
             self.loop.advance(TIMEOUT * 1.5)
         released = uid not in self.coordinator.reservation_of(gang)
         need = self.model.min_count(gang)
-        short = len(self.model.running(gang)) < need or (need == 0 and group in GROUPS
-                                                       and group not in self.model.podgroups)
+        short = self.model.short(gang, self.model.running(gang)) or (
+            need == 0 and group in GROUPS and group not in self.model.podgroups)
         task = self._bind(uid, self.answers.pop(uid))
         if released and short:
             assert task.done() and task.result() != "", "a released member below quorum is refused"
@@ -615,11 +646,11 @@ class CoreMachine(RuleBasedStateMachine):
         if self.open_binds() or self.model.binding:
             return
         for gang in sorted(self.model.gangs()):
-            running = len(self.model.running(gang))
-            if running == 0:
+            running = self.model.running(gang)
+            if not running:
                 self.model.disturbed.discard(gang)
             elif gang not in self.model.disturbed:
-                assert running >= self.model.min_count(gang), f"{gang}: {running} running"
+                assert not self.model.short(gang, running), f"{gang}: {len(running)} running"
 
 
 CoreMachine.TestCase.settings = settings(
