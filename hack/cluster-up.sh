@@ -83,7 +83,9 @@ READY_TIMEOUT="${READY_TIMEOUT:-120}"
 #         schedulingConstraints (its required topology).
 #   1.37+ scheduling.k8s.io/v1beta1; GangScheduling was folded into GenericWorkload (and no
 #         longer exists: naming it is an error). Without PodGroupPreemptionPolicy (alpha) the
-#         apiserver silently drops a PodGroup's spec.preemptionPolicy.
+#         apiserver silently drops a PodGroup's spec.preemptionPolicy. CompositePodGroup (alpha)
+#         and scheduling.k8s.io/v1alpha3 serve CompositePodGroups and keep a PodGroup's
+#         spec.parentCompositePodGroupName.
 [[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "K8S_VERSION must look like v1.<minor>.<patch>, got '$K8S_VERSION'"
 K8S_MINOR="${BASH_REMATCH[1]}"
 case "$K8S_MINOR" in
@@ -99,6 +101,8 @@ case "$K8S_MINOR" in
     ((K8S_MINOR >= 37)) || die "Kubernetes $K8S_VERSION has no Workload API; use 1.35 or newer"
     default_workload_api=scheduling.k8s.io/v1beta1
     APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true,PodGroupPreemptionPolicy=true"
+    APISERVER_GATES+=",CompositePodGroup=true"
+    EXTRA_APIS=",scheduling.k8s.io/v1alpha3=true"
     SCHEDULER_GATES="GenericWorkload=false" ;;
 esac
 WORKLOAD_API="${WORKLOAD_API:-$default_workload_api}"
@@ -405,7 +409,7 @@ start kube-apiserver "$BIN_DIR/kube-apiserver" \
   --endpoint-reconciler-type none \
   --disable-admission-plugins ServiceAccount \
   --feature-gates "$APISERVER_GATES" \
-  --runtime-config "$WORKLOAD_API=true" \
+  --runtime-config "$WORKLOAD_API=true${EXTRA_APIS:-}" \
   --profiling=false \
   --audit-policy-file "$CLUSTER_DIR/audit-policy.yaml" \
   --audit-log-path "$LOG_DIR/audit.log" \

@@ -149,6 +149,11 @@ class GangWatcher:
         if node_of(pod) and uid not in self.bound_at:
             self.bound_at[uid] = now
 
+    def min_count_changed(self, gang: str) -> None:
+        """A test changed the PodGroup's minCount: read it again (it is remembered once known)."""
+        with self._lock:
+            self._min_counts.pop(gang, None)
+
     # ------------------------------------------------------------------ checks
     def min_count(self, gang: str, pod: Mapping[str, Any]) -> int | None:
         group = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
