@@ -91,7 +91,9 @@ class CompositeTree:
         parts = tuple(GangPart(key, child.min_count if child.is_gang else 0, child.required_topology,
                                child.home) for key, child in children)
         priority = max([spec.priority, *(child.priority for _, child in children)])
-        total = sum(p.min_count for p in parts)
+        # A PodGroup of the ``minGroupCount`` not seen yet needs one member at least: the composite
+        # is not at quorum (nor running at it) while one is missing.
+        total = sum(p.min_count for p in parts) + max(0, spec.min_parts - len(parts))
         return replace(spec, parts=parts, min_count=max(1, total), priority=priority)
 
 

@@ -215,3 +215,18 @@ async def test_a_running_composite_whose_podgroup_falls_below_its_min_count_is_r
     await asyncio.sleep(0)
     assert world.coordinator.registry.gangs[ROOT].phase == Phase.RECOVERING
     assert world.coordinator.registry.running_count(ROOT) == 2
+
+
+async def test_a_composite_missing_a_podgroup_is_not_running_at_quorum_whatever_runs_already() -> None:
+    """minGroupCount 2 and one PodGroup so far: a member someone else bound does not make the next
+    one an extra that may bind on its own (found by the core stateful machine)."""
+    world = World()
+    world.cache.upsert_gang_object(COMPOSITES, make_composite("train", 2))
+    children(world.cache, {"a": 1}, topology=None)
+    world.add(gang_pod("a0", podgroup="a", node_name="b0-r0-n0"))
+    world.add(gang_pod("a1", podgroup="a"))
+    decision = world.filter("a1")
+    assert not decision.passing, world.coordinator.reason_of(ROOT)
+    assert "1/2 PodGroups exist" in decision.reason, decision.reason
+    spec = world.cache.gang_spec(ROOT)
+    assert spec is not None and spec.min_count == 2  # a PodGroup not seen yet needs one member
