@@ -20,6 +20,7 @@ by part is in ``gang/parts.py`` and ``topology/composite.py``.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -102,9 +103,7 @@ def parts_short(spec: GangSpec, members: Iterable[PodRecord]) -> str:
     every other gang). ``members`` are those that count (alive, or held and running)."""
     if not spec.min_parts:
         return ""
-    counts: dict[str, int] = {}
-    for m in members:
-        counts[m.part] = counts.get(m.part, 0) + 1
+    counts = Counter(m.part for m in members)
     if len(spec.parts) < spec.min_parts:
         return f"{len(spec.parts)}/{spec.min_parts} PodGroups exist"
     short = [f"{p.key.partition('/')[2]} {counts.get(p.key, 0)}/{p.min_count}"
@@ -114,10 +113,8 @@ def parts_short(spec: GangSpec, members: Iterable[PodRecord]) -> str:
 
 def quorum_count(spec: GangSpec, members: Iterable[PodRecord]) -> int:
     """The members that count towards a composite's minCount: in each part, up to its own."""
-    counts: dict[str, int] = {}
-    for m in members:
-        counts[m.part] = counts.get(m.part, 0) + 1
-    return sum(min(counts.get(p.key, 0), p.min_count) for p in spec.parts)
+    counts = Counter(m.part for m in members)
+    return sum(min(counts[p.key], p.min_count) for p in spec.parts)
 
 
 class CompositeFiling:
