@@ -67,7 +67,27 @@ K8S_VERSION="$K8S_VERSION" bash hack/build-images.sh --sizes   # tests/e2e/test_
 
 trap 'bash hack/cluster-down.sh >/dev/null 2>&1 || true; stop_prebuild' EXIT
 summary=()
+notes=()
 first_rc=0
+
+# start_cluster VERSION TITLE [CLUSTER-UP ARGS...] starts the local cluster, its output also kept in
+# .cache/cluster-up.log. A start that fails (a component that does not come up: the harness, not
+# Quorum's behaviour) is tried once more from scratch; either way the failed start's last lines go
+# to the notes printed after the summary, where a truncated CI log still shows them.
+start_cluster() {
+  local version="$1" title="$2" attempt rc=0
+  shift 2
+  for attempt in 1 2; do
+    rc=0
+    K8S_VERSION="$version" QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" \
+      bash hack/cluster-up.sh --manifests tests/e2e/crds "$@" 2>&1 | tee .cache/cluster-up.log || rc=$?
+    ((rc != 0)) || return 0
+    notes+=("$version $title: cluster-up attempt $attempt failed (exit code $rc); its last lines:")
+    notes+=("$(tail -n 40 .cache/cluster-up.log | sed 's/^/    /')")
+    K8S_VERSION="$version" bash hack/cluster-down.sh >/dev/null 2>&1 || true
+  done
+  return "$rc"
+}
 
 # e2e_on VERSION TITLE MARKER builds (or reuses) VERSION's binaries, starts the local cluster on
 # it, runs the end-to-end tests selected by MARKER, stops the cluster and adds a summary line.
@@ -88,8 +108,7 @@ e2e_on() {
     stage=cluster-up
     step "$title on Kubernetes $version: starting the local cluster"
     # The end-to-end configuration shortens the requeue backoff so lifecycle scenarios run in seconds.
-    if K8S_VERSION="$version" QUORUM_CONFIG="$ROOT/tests/e2e/quorum-e2e.yaml" PYTHON="$ROOT/.venv/bin/python" \
-        bash hack/cluster-up.sh --manifests tests/e2e/crds "$@"; then
+    if start_cluster "$version" "$title" "$@"; then
       stage=pytest
       step "$title on Kubernetes $version: pytest -m \"$marker\""
       K8S_VERSION="$version" KUBECONFIG="$ROOT/.cache/cluster/kubeconfig" \
@@ -156,5 +175,6 @@ done
 
 step "summary"
 printf '%s\n' "${summary[@]}"
+((${#notes[@]} == 0)) || printf '%s\n' "${notes[@]}"
 grep '^\[prebuild\]' .cache/prebuild.log || true
 exit "$first_rc"
