@@ -1,11 +1,9 @@
 """In-memory cluster cache fed by the informers; the only source of truth on the request path.
 
-Informer events go in (``upsert_*``/``delete_*``/``replace_*``), derived indexes are kept up to
-date incrementally (per-node usage, gang membership, domain occupancy), and the coordinator is told
-about the few changes it must react to (a member or node gone, a gang object gone).
-
-Every index is keyed by objects that exist (entries are dropped when they empty), so objects
-coming and going, under any names, never grow the cache.
+Informer events go in (``upsert_*``/``delete_*``/``replace_*``), derived indexes are kept up to date
+incrementally (per-node usage, gang membership, domain occupancy), the coordinator is told the few
+changes it must react to (a member, node or gang object gone). Every index is keyed by objects that
+exist (entries are dropped when they empty): objects coming and going never grow the cache.
 """
 
 from __future__ import annotations
@@ -325,10 +323,12 @@ class ClusterCache:
             record = replace(old, gang_key=key)
             left_gang = old.gang_key is not None
             self._replace_pod(old, record, left_gang)
+            moved = self._devices_changed(self.device_accounting.regang(record))
             if key:
                 self.membership.enter(key, uid, None, self.filing.topology(uid))
             for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, key)):
                 self._emit(event)
+            self._emit_devices_moved(moved)  # a claim its gang mates share may be counted otherwise now
 
     def _emit_gang(self, kind: str, key: str) -> None:
         """Tell of one declared gang; a podGroup of a v1alpha1 Workload stands for its replicas."""

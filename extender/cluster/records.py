@@ -16,6 +16,16 @@ from .affinity import members_apart
 from .resources import PODS, Resources, parse_resource_list, pod_requests
 
 
+@dataclass(frozen=True, slots=True)
+class SharedClaim:
+    """A claim several members of one gang share (a PodGroup's ``spec.resourceClaims`` entry, or one
+    ResourceClaim the members all name): allocated once, so its devices count once for the gang,
+    carried by one member (``carrier``), and every member using it runs on the node holding them."""
+
+    key: str  # "namespace/name" of the ResourceClaim
+    carrier: bool  # this pod carries the claim's demand for the gang
+
+
 @dataclass(slots=True)
 class NodeRecord:
     name: str
@@ -71,6 +81,8 @@ class PodRecord:
     node_selector: tuple[tuple[str, str], ...] = ()  # spec.nodeSelector, sorted (pins.py reads it)
     kueue_admitted: bool = False  # Kueue admitted its workload: Kueue owns its readiness requeue
     part: str = ""  # the native PodGroup its spec.schedulingGroup names ("ns/name"; a composite's part)
+    # A device claim it shares with its gang mates (dra/inventory.py): they all run on one node.
+    shared_claim: SharedClaim | None = None
 
     @property
     def key(self) -> str:

@@ -14,6 +14,7 @@ from ..cluster.pins import Pins, describe, node_matches, pinned_nodes, topology_
 from ..cluster.records import GangSpec, PodRecord
 from ..cluster.resources import Resources, add
 from ..topology.apart import Apart, resolve_apart
+from ..topology.colocated import place_on_one_node
 from ..topology.composite import place_parts
 from ..topology.pinned import PinnedGroup, place_pinned
 from ..topology.placement import CandidateNode, Member, NoFit, Placement, format_resources, place_gang
@@ -73,7 +74,7 @@ def _attempts(pending: Mapping[str, PodRecord], first_uid: str | None, needed: i
               part_needs: Mapping[str, int] | None = None) -> list[list[PodRecord]]:
     """The groups to place, in turn: every pending member (the filtered one first), then just
     enough for quorum (for a composite, just enough for each part's)."""
-    ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, m.name))
+    ordered = sorted(pending.values(), key=lambda m: (m.uid != first_uid, not _carries(m), m.name))
     attempts = [ordered]
     if part_needs is not None:
         enough = _enough_per_part(ordered, part_needs)
@@ -82,6 +83,15 @@ def _attempts(pending: Mapping[str, PodRecord], first_uid: str | None, needed: i
     elif 0 < needed < len(ordered):  # none needed (already at quorum): no empty "placement"
         attempts.append(ordered[:needed])
     return attempts
+
+
+def _carries(member: PodRecord) -> bool:
+    """Whether the member carries the devices of a claim its gang shares (placed in every attempt)."""
+    return member.shared_claim is not None and member.shared_claim.carrier
+
+
+def _carrier_of(group: list[PodRecord]) -> str:
+    return next((m.uid for m in group if _carries(m)), "")
 
 
 def _enough_per_part(ordered: list[PodRecord], needs: Mapping[str, int]) -> list[PodRecord]:
@@ -208,6 +218,13 @@ class Planner:
         if spec.min_parts:
             return self._place_parts(nodes, group, spec, required, preferred, apart)
         members = [Member(m.uid, m.requests, m.rank) for m in group]
+        shared = next((m.shared_claim for m in group if m.shared_claim is not None), None)
+        if shared is not None:
+            on = set(bound_nodes)  # the claim is allocated there once a member is bound
+            members.sort(key=lambda m: m.key != _carrier_of(group))
+            return place_on_one_node([n for n in nodes if not on or n.name in on], members, self.level_names,
+                                     required, preferred, apart,
+                                     f"gang {spec.key}: its members share ResourceClaim {shared.key}")
         slices = self.level(spec.slice_topology)
         if slices is not None and spec.slice_size and not bound_nodes:
             return place_sliced(nodes, members, self.level_names, required, preferred, slices,

@@ -30,11 +30,19 @@ class DeviceAccounting:
         spec, status = field_of(obj, "spec"), field_of(obj, "status")
         if not spec.get("resourceClaims") and not self.inventory.has_pod(record.uid):
             return Changes(set(), set())
-        changes = self.inventory.set_pod(record.uid, record.namespace, spec, status, bound=not record.pending)
+        changes = self.inventory.set_pod(record.uid, record.namespace, spec, status, bound=not record.pending,
+                                         gang=record.gang_key or "")
         demand = self.inventory.demand(record.uid)
         if demand:
             record.requests = add(record.requests, demand)
+        record.shared_claim = self.inventory.shared_claim(record.uid)
         return changes
+
+    def regang(self, record: PodRecord) -> Changes:
+        """A pod filed in another gang without being delivered again (``cache._refile``)."""
+        if not self.inventory.has_pod(record.uid):
+            return Changes(set(), set())
+        return self.inventory.set_gang(record.uid, record.gang_key or "")
 
     def settle(self, changes: Changes) -> bool:
         """Forget the free capacity of the nodes moved and give the pods concerned their demand
@@ -52,8 +60,9 @@ class DeviceAccounting:
             return
         requests = {k: v for k, v in record.requests.items() if not is_device_key(k)}
         requests.update(self.inventory.demand(uid))
-        if requests != record.requests:
-            self._pods[uid] = dataclasses.replace(record, requests=requests)
+        shared = self.inventory.shared_claim(uid)
+        if requests != record.requests or shared != record.shared_claim:
+            self._pods[uid] = dataclasses.replace(record, requests=requests, shared_claim=shared)
 
     def forget_free(self, node: str | None) -> None:
         """Drop the cached free capacity of one node (of every node for None)."""

@@ -26,9 +26,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..records import SharedClaim
 from ..resources import Resources
 from .demand import (
-    Choice,
     DeviceKind,
     Ident,
     Request,
@@ -60,6 +60,7 @@ class _PodClaims:
     namespace: str
     refs: tuple[tuple[str, str], ...]  # (claim name or "", template name or "") per pod claim
     bound: bool
+    gang: str = ""  # the pod's gang key ("" for none): members of one gang may share a claim
 
 
 @dataclass(slots=True)
@@ -212,16 +213,16 @@ class DeviceInventory:
 
     # --- pods ----------------------------------------------------------------------------
     def set_pod(self, uid: str, namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any],
-                bound: bool) -> Changes:
+                bound: bool, gang: str = "") -> Changes:
         """Note a pod's claim references: the nodes whose free devices this moved, and the other
-        pods naming the same claims (whether a claim is shared decides their demand)."""
+        pods naming the same claims (whether a claim is shared, and by whom, decides their demand)."""
         refs = pod_claim_refs(spec, status)
         old = self._pods.get(uid)
-        if old is not None and old.refs == refs and old.bound == bound:
+        if old is not None and old.refs == refs and old.bound == bound and old.gang == gang:
             return Changes(set(), set())
         changes = self._unindex(uid, old)
         if refs:
-            self._pods[uid] = _PodClaims(namespace, refs, bound)
+            self._pods[uid] = _PodClaims(namespace, refs, bound, gang)
             for claim, template in refs:
                 if claim:
                     users = self._claim_users[f"{namespace}/{claim}"]
@@ -232,6 +233,18 @@ class DeviceInventory:
             changes.nodes |= self._claim_nodes(namespace, refs)
         changes.pods.discard(uid)
         return changes
+
+    def set_gang(self, uid: str, gang: str) -> Changes:
+        """A pod filed in another gang: the claims it names may now be shared by one gang, or not."""
+        pod = self._pods.get(uid)
+        if pod is None or pod.gang == gang:
+            return Changes(set(), set())
+        pod.gang = gang
+        mates: set[str] = set()
+        for claim_name, _ in pod.refs:
+            if claim_name:
+                mates |= self._claim_users.get(f"{pod.namespace}/{claim_name}", set())
+        return Changes(self._claim_nodes(pod.namespace, pod.refs), mates)
 
     def has_pod(self, uid: str) -> bool:
         return uid in self._pods
@@ -265,6 +278,30 @@ class DeviceInventory:
             self._free.pop(node, None)
         return nodes
 
+    def shared_claim(self, uid: str) -> SharedClaim | None:
+        """The first claim this pod shares with its gang mates only, if any (``SharedClaim``)."""
+        pod = self._pods.get(uid)
+        if pod is None:
+            return None
+        for claim_name, _ in pod.refs:
+            key = f"{pod.namespace}/{claim_name}"
+            claim = self._claims.get(key) if claim_name else None
+            if claim is not None:
+                users = self._gang_users(key, claim)
+                if users is not None:
+                    return SharedClaim(key, uid == min(users))
+        return None
+
+    def _gang_users(self, key: str, claim: _Claim) -> set[str] | None:
+        """The users of a claim shared by several members of one gang and nothing else, else None.
+
+        Its owner or reservation names no pod (a PodGroup holds it) or only those members."""
+        users = self._users_of(key, claim)
+        if len(users) < 2:
+            return None
+        gangs = {pod.gang if pod is not None else "" for pod in map(self._pods.get, users)}
+        return users if len(gangs) == 1 and "" not in gangs else None
+
     def demand(self, uid: str) -> Resources:
         """What a pending pod's claims ask for (empty for pods without claims and bound pods)."""
         pod = self._pods.get(uid)
@@ -272,14 +309,18 @@ class DeviceInventory:
             return {}
         total: Resources = {}
         for claim_name, template in pod.refs:
-            requests = self._requests_of(pod.namespace, claim_name, template)
+            requests = self._requests_of(pod.namespace, claim_name, template, uid)
             add_demand(total, [self.catalog.check(r) for r in requests])
         return total
 
-    def _requests_of(self, namespace: str, claim_name: str, template: str) -> tuple[Request, ...]:
+    def _requests_of(self, namespace: str, claim_name: str, template: str, uid: str) -> tuple[Request, ...]:
         key = f"{namespace}/{claim_name}"
         claim = self._claims.get(key) if claim_name else None
         if claim is not None:
+            mates = self._gang_users(key, claim)
+            if mates is not None:  # counted once for the gang: by its carrier, until one of them binds
+                unbound = all(not self._pods[m].bound for m in mates)
+                return claim.requests if unbound and uid == min(mates) else ()
             users = self._users_of(key, claim)
             if len(users) > 1 and not template:
                 if claim.allocated:
@@ -321,31 +362,10 @@ class DeviceInventory:
             if kind.per_device:
                 amount = sum(1 for sig in free if self.catalog.matches(kind.choices[0], sig))
             else:
-                amount = self._requests_served(kind, devices, free)
+                amount = self.catalog.requests_served(kind, devices.values(), free)
             if amount:
                 out[kind.key] = amount
         return out
-
-    def _requests_served(self, kind: DeviceKind, devices: Mapping[Ident, str], free: list[str]) -> int:
-        """How many requests of a kind the node serves, as kube-scheduler would give them one after
-        another: each takes the first choice that still fits. Devices taken for one choice are
-        assumed gone for all (exact for choices of one class, cautious for overlapping ones)."""
-        left = [(choice, self._available(choice, devices, free)) for choice in kind.choices]
-        served = 0
-        while True:
-            taken = next((c.count if not c.all_devices else n for c, n in left if n and n >= c.count), 0)
-            if not taken:
-                return served
-            served += 1
-            left = [(c, n - taken) for c, n in left]
-
-    def _available(self, choice: Choice, devices: Mapping[Ident, str], free: list[str]) -> int:
-        """Free devices a choice matches; for an "all devices" choice, every one it matches or none."""
-        available = sum(1 for sig in free if self.catalog.matches(choice, sig))
-        if choice.all_devices:
-            matching = sum(1 for sig in devices.values() if self.catalog.matches(choice, sig))
-            return available if matching and available == matching else 0
-        return available
 
     def _is_free(self, ident: Ident) -> bool:
         key = self._allocated.get(ident)
@@ -354,6 +374,9 @@ class DeviceInventory:
         claim = self._claims.get(key)
         if claim is None:
             return True
+        mates = self._gang_users(key, claim)
+        if mates is not None:  # held by the carrier's demand while no mate is bound
+            return all(not self._pods[m].bound for m in mates)
         users = self._users_of(key, claim)
         if len(users) != 1:
             return False

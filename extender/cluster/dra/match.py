@@ -8,13 +8,13 @@ remembered until a DeviceClass changes (a class's selectors are part of every re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import orjson
 
 from .cel import Field, SelectorCache, device_data, fields_read, project_raw
-from .demand import Choice, Request, field_of
+from .demand import Choice, DeviceKind, Request, field_of
 
 _MEMO_LIMIT = 1 << 20  # selector results and device variables kept; rebuilt after a clear
 
@@ -134,3 +134,25 @@ class DeviceCatalog:
                 known = self._projected[key] = result is True  # an expression that fails selects nothing
             self._match[(choice.selects, signature)] = known
         return known
+
+    def requests_served(self, kind: DeviceKind, devices: Collection[str], free: list[str]) -> int:
+        """How many requests of a kind a node with ``devices`` (``free`` of them unallocated; device
+        signatures) serves, as kube-scheduler would give them one after another: each takes the first
+        choice that still fits. Devices taken for one choice are assumed gone for all (exact for
+        choices of one class, cautious for overlapping ones)."""
+        left = [(choice, self._available(choice, devices, free)) for choice in kind.choices]
+        served = 0
+        while True:
+            taken = next((c.count if not c.all_devices else n for c, n in left if n and n >= c.count), 0)
+            if not taken:
+                return served
+            served += 1
+            left = [(c, n - taken) for c, n in left]
+
+    def _available(self, choice: Choice, devices: Collection[str], free: list[str]) -> int:
+        """Free devices a choice matches; for an "all devices" choice, every one it matches or none."""
+        available = sum(1 for sig in free if self.matches(choice, sig))
+        if choice.all_devices:
+            matching = sum(1 for sig in devices if self.matches(choice, sig))
+            return available if matching and available == matching else 0
+        return available
