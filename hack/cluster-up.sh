@@ -85,7 +85,9 @@ READY_TIMEOUT="${READY_TIMEOUT:-120}"
 #         longer exists: naming it is an error). Without PodGroupPreemptionPolicy (alpha) the
 #         apiserver silently drops a PodGroup's spec.preemptionPolicy. CompositePodGroup (alpha)
 #         and scheduling.k8s.io/v1alpha3 serve CompositePodGroups and keep a PodGroup's
-#         spec.parentCompositePodGroupName.
+#         spec.parentCompositePodGroupName. DRAWorkloadResourceClaims (beta, off by default)
+#         keeps a PodGroup's spec.resourceClaims (and lets the controller-manager make its
+#         claims from templates); kube-scheduler needs it and GenericWorkload to allocate them.
 [[ "$K8S_VERSION" =~ ^v1\.([0-9]+)\.[0-9]+$ ]] || die "K8S_VERSION must look like v1.<minor>.<patch>, got '$K8S_VERSION'"
 K8S_MINOR="${BASH_REMATCH[1]}"
 case "$K8S_MINOR" in
@@ -101,7 +103,8 @@ case "$K8S_MINOR" in
     ((K8S_MINOR >= 37)) || die "Kubernetes $K8S_VERSION has no Workload API; use 1.35 or newer"
     default_workload_api=scheduling.k8s.io/v1beta1
     APISERVER_GATES="GenericWorkload=true,TopologyAwareWorkloadScheduling=true,PodGroupPreemptionPolicy=true"
-    APISERVER_GATES+=",CompositePodGroup=true"
+    APISERVER_GATES+=",CompositePodGroup=true,DRAWorkloadResourceClaims=true"
+    CONTROLLER_MANAGER_EXTRA_GATES=",DRAWorkloadResourceClaims=true"
     EXTRA_APIS=",scheduling.k8s.io/v1alpha3=true"
     SCHEDULER_GATES="GenericWorkload=false" ;;
 esac
@@ -132,7 +135,7 @@ while (($#)); do
   esac
 done
 
-CONTROLLER_MANAGER_GATES="GenericWorkload=true"
+CONTROLLER_MANAGER_GATES="GenericWorkload=true${CONTROLLER_MANAGER_EXTRA_GATES:-}"
 if [[ "$JOB_WORKLOADS" == 1 ]]; then
   ((K8S_MINOR >= 37)) || die "--job-workloads needs Kubernetes 1.37 or newer (the Job controller writes v1beta1)"
   APISERVER_GATES+=",WorkloadWithJob=true"

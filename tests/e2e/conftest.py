@@ -25,6 +25,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
+from .dra import DraDevices
 from .lifecycle_support import NodeFaults, ensure_priority_classes
 from .process import LocalProcess
 from .reconfigure import Reconfigurer
@@ -284,3 +285,20 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         tr.write_line(f"results written to {path}")
     except OSError as exc:
         tr.write_line(f"(could not write results: {exc})")
+
+
+@pytest.fixture
+def dra(scenario: Scenario) -> Iterator[DraDevices]:
+    """The test's DeviceClass (created here), slices and templates; all removed afterwards, the
+    namespace's pods first (before the scenario's own cleanup, which runs after this one)."""
+    devices = DraDevices(scenario)
+    why = devices.unavailable()
+    if why:
+        pytest.skip(why)
+    try:
+        devices.create_class()
+        yield devices
+    finally:
+        problems = devices.cleanup()
+    if problems:
+        pytest.fail(f"DRA cleanup of {scenario.ns}: {problems}", pytrace=False)

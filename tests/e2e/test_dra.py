@@ -31,23 +31,6 @@ MAX_HELD_SECONDS = 15.0  # longest a claim may stay allocated for a pod that is 
 
 
 @pytest.fixture
-def dra(scenario: Scenario) -> Iterator[DraDevices]:
-    """The test's DeviceClass (created here), slices and templates; all removed afterwards, the
-    namespace's pods first (before the scenario's own cleanup, which runs after this one)."""
-    devices = DraDevices(scenario)
-    why = devices.unavailable()
-    if why:
-        pytest.skip(why)
-    try:
-        devices.create_class()
-        yield devices
-    finally:
-        problems = devices.cleanup()
-    if problems:
-        pytest.fail(f"DRA cleanup of {scenario.ns}: {problems}", pytrace=False)
-
-
-@pytest.fixture
 def claim_monitor(scenario: Scenario) -> Iterator[ClaimMonitor]:
     monitor = ClaimMonitor(scenario.kube.fork(), scenario.ns).start()
     try:

@@ -16,18 +16,13 @@ gate silently off or with the group cycle never reached.
 
 from __future__ import annotations
 
-import re
-import ssl
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from .cluster import Quorum, wait
-from .pairs import PIDS, argv_value
-from .process import LocalProcess
+from .cluster import Quorum
 from .scenario import Scenario
+from .scheduler_gates import Scheduler, scheduler_gates
 from .test_all_or_nothing import (
     test_gang_needing_more_than_is_free_binds_nothing_until_capacity_frees as all_or_nothing,
 )
@@ -48,78 +43,13 @@ from .test_topology import test_required_rack_gang_binds_inside_one_rack as requ
 pytestmark = pytest.mark.e2e
 
 GATE = "GenericWorkload"
-# Pod-group scheduling cycles of the profile, by result; only the group cycle counts them.
-GROUP_ATTEMPTS = re.compile(
-    r'^scheduler_podgroup_schedule_attempts_total\{profile="quorum",result="([^"]+)"\} (\S+)$', re.MULTILINE)
-
-
-class Scheduler:
-    """The suite's kube-scheduler, reached on its secure port with the cluster's admin client cert."""
-
-    def __init__(self, port: int, cluster_dir: Path) -> None:
-        self.port = port
-        self.context = ssl.create_default_context()
-        self.context.check_hostname = False
-        self.context.verify_mode = ssl.CERT_NONE
-        self.context.load_cert_chain(cluster_dir / "pki" / "admin.crt", cluster_dir / "pki" / "admin.key")
-
-    def get(self, path: str) -> str:
-        with urllib.request.urlopen(f"https://127.0.0.1:{self.port}{path}", context=self.context,
-                                    timeout=5) as response:
-            return str(response.read().decode())
-
-    def healthy(self) -> bool:
-        try:
-            return self.get("/healthz") == "ok"
-        except OSError:
-            return False
-
-    def gate_enabled(self, name: str) -> float | None:
-        found = re.search(rf'^kubernetes_feature_enabled\{{name="{name}"[^}}]*\}} (\S+)$',
-                          self.get("/metrics"), re.MULTILINE)
-        return float(found.group(1)) if found else None
-
-    def group_attempts(self) -> dict[str, float]:
-        """kube-scheduler's pod-group scheduling attempts for the quorum profile, by result."""
-        return {result: float(v) for result, v in GROUP_ATTEMPTS.findall(self.get("/metrics"))}
-
-
-def with_gate(argv: list[str], gate: str, value: bool) -> list[str]:
-    """``argv`` with ``gate`` set in ``--feature-gates`` (replaced if named, added otherwise)."""
-    argv = list(argv)
-    setting = f"{gate}={str(value).lower()}"
-    if "--feature-gates" not in argv[:-1]:
-        return [*argv, "--feature-gates", setting]
-    at = argv.index("--feature-gates") + 1
-    gates = [g for g in argv[at].split(",") if g and g.split("=", 1)[0] != gate]
-    argv[at] = ",".join([*gates, setting])
-    return argv
-
-
-def _restart(running: LocalProcess, argv: list[str], scheduler: Scheduler) -> None:
-    running.kill()
-    LocalProcess(running.pid, argv, running.env, running.cwd, running.log_path, running.pid_file).restart()
-    if not wait(scheduler.healthy, timeout=60, interval=0.3):
-        raise RuntimeError(f"kube-scheduler did not answer /healthz on port {scheduler.port} after a restart")
 
 
 @pytest.fixture(scope="module")
 def generic_workload(quorum: Quorum) -> Iterator[Scheduler]:
     """The suite's kube-scheduler with ``GenericWorkload=true`` for this module; the gate is read back."""
-    original = LocalProcess.from_pid_file(PIDS / "kube-scheduler.pid", must_contain="kube-scheduler")
-    if isinstance(original, str):
-        pytest.skip(f"needs the local kube-scheduler process: {original}")
-    scheduler = Scheduler(int(argv_value(original.argv, "--secure-port") or "10259"), PIDS.parent)
-    _restart(original, with_gate(original.argv, GATE, True), scheduler)
-    try:
-        enabled = scheduler.gate_enabled(GATE)
-        assert enabled == 1, f"kube-scheduler reports {GATE}={enabled} after a restart with it on"
+    with scheduler_gates({GATE: True}) as scheduler:
         yield scheduler
-    finally:
-        now = LocalProcess.from_pid_file(PIDS / "kube-scheduler.pid", must_contain="kube-scheduler")
-        if isinstance(now, str):
-            raise RuntimeError(now)
-        _restart(now, original.argv, scheduler)
 
 
 @pytest.fixture

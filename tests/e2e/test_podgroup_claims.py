@@ -1,0 +1,122 @@
+"""PodGroup claims (``PodGroup.spec.resourceClaims``, Kubernetes 1.37 with ``DRAWorkloadResourceClaims``).
+
+A PodGroup lists a ResourceClaim its members share; each member names it in its own
+``spec.resourceClaims``. kube-scheduler allocates that claim once, for the PodGroup (``reservedFor``
+a podgroup), from the devices of one node: every member using it can only run there. Quorum counts
+its devices once for the gang and places the members on one node that holds them and the members.
+
+kube-scheduler allocates PodGroup claims only with ``DRAWorkloadResourceClaims`` and
+``GenericWorkload`` on (cluster-up turns the first on in the apiserver and the controller-manager);
+this module restarts the suite's kube-scheduler with both and puts it back afterwards.
+
+Without Quorum, kube-scheduler alone binds the first member, allocates the claim on its node, and
+the members that do not fit beside it wait forever: a partial gang holding the devices.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from .cluster import PODGROUP_API, Quorum
+from .dra import CLAIM, DRA_API_VERSION, DRA_GROUP, DRA_VERSION, DraDevices, allocated_devices, is_allocated
+from .scenario import Scenario
+from .scheduler_gates import Scheduler, scheduler_gates
+from .test_dra import pick_nodes
+
+pytestmark = pytest.mark.e2e
+
+GATES = {"GenericWorkload": True, "DRAWorkloadResourceClaims": True}
+DEVICES = 4  # per device node
+UNFIT_WATCH_SECONDS = 15.0
+
+
+@pytest.fixture(scope="module")
+def podgroup_claims(quorum: Quorum) -> Iterator[Scheduler]:
+    with scheduler_gates(GATES) as scheduler:
+        yield scheduler
+
+
+def shared_claim(sc: Scenario, dra: DraDevices, name: str, devices: int) -> None:
+    exactly = {"deviceClassName": dra.device_class, "allocationMode": "ExactCount", "count": devices}
+    body = {"apiVersion": DRA_API_VERSION, "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": sc.ns},
+            "spec": {"devices": {"requests": [{"name": CLAIM, "exactly": exactly}]}}}
+    sc.kube.custom.create_namespaced_custom_object(DRA_GROUP, DRA_VERSION, sc.ns, "resourceclaims", body,
+                                                   _request_timeout=30)
+
+
+def podgroup_with_claim(sc: Scenario, name: str, min_count: int, claim: str) -> dict[str, Any]:
+    """A v1beta1 gang PodGroup listing ``claim``; returns it as the apiserver kept it."""
+    group, version, plural = PODGROUP_API
+    body = {"apiVersion": f"{group}/{version}", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": sc.ns},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}},
+                     "resourceClaims": [{"name": CLAIM, "resourceClaimName": claim}]}}
+    kept: dict[str, Any] = sc.kube.custom.create_namespaced_custom_object(group, version, sc.ns, plural, body,
+                                                                          _request_timeout=30)
+    assert kept["spec"].get("resourceClaims"), (
+        f"the apiserver dropped PodGroup.spec.resourceClaims (its gate off?): {kept['spec']}")
+    return kept
+
+
+def members(sc: Scenario, group: str, size: int, claim: str, cpu: str) -> list[str]:
+    """``size`` members of PodGroup ``group`` naming its claim (as the PodGroup does)."""
+    pods = []
+    for i in range(size):
+        pod = sc.pod(f"{group}-{i}", gpus=0, cpu=cpu, pod_group=group)
+        pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimName": claim}]
+        pod["spec"]["containers"][0].setdefault("resources", {})["claims"] = [{"name": CLAIM}]
+        pods.append(pod)
+    return sc.create(pods)
+
+
+def read_claim(sc: Scenario, name: str) -> dict[str, Any]:
+    got: dict[str, Any] = sc.kube.custom.get_namespaced_custom_object(
+        DRA_GROUP, DRA_VERSION, sc.ns, "resourceclaims", name, _request_timeout=30)
+    return got
+
+
+def test_a_gang_sharing_a_podgroup_claim_binds_whole_on_the_node_holding_its_devices(
+        podgroup_claims: Scheduler, scenario: Scenario, dra: DraDevices) -> None:
+    sc = scenario
+    nodes = pick_nodes(sc, 2)
+    dra.add_nodes(nodes, DEVICES)
+    shared_claim(sc, dra, "shared", DEVICES)
+    podgroup_with_claim(sc, "trainer", 3, "shared")
+    names = members(sc, "trainer", 3, "shared", cpu="8")
+    placed = sc.wait_bound(names, timeout=60, what="the 3 members of PodGroup 'trainer'")
+    claim = sc.wait_for("the PodGroup claim allocated",
+                        lambda: (c if is_allocated(c := read_claim(sc, "shared")) else None), timeout=15)
+    used = {pool for _, pool, _ in allocated_devices(claim)}
+    reserved = [(r.get("resource"), r.get("name")) for r in claim["status"].get("reservedFor") or []]
+    sc.record("placement", {"nodes": sorted(set(placed.values())), "claim_on": sorted(used),
+                            "reserved_for": reserved})
+    assert len(set(placed.values())) == 1 and set(placed.values()) == used, (
+        f"every member must run on the node of the claim's devices: {placed}, devices on {used}")
+    assert reserved == [("podgroups", "trainer")], f"the claim must be reserved for the PodGroup: {reserved}"
+    sc.finish()
+
+
+def test_a_gang_whose_podgroup_claim_cannot_be_satisfied_binds_nothing_and_says_why(
+        podgroup_claims: Scheduler, scenario: Scenario, dra: DraDevices) -> None:
+    """Each member fits any device node alone (kube-scheduler's filters pass them), but the claim
+    puts them all on one node and no node holds the three: 3 x 40 cpu on nodes of 64."""
+    sc = scenario
+    nodes = pick_nodes(sc, 2)
+    dra.add_nodes(nodes, DEVICES)
+    shared_claim(sc, dra, "shared", DEVICES)
+    podgroup_with_claim(sc, "toobig", 3, "shared")
+    names = members(sc, "toobig", 3, "shared", cpu="40")
+    sc.assert_unbound_for(names, UNFIT_WATCH_SECONDS,
+                          what="members of PodGroup 'toobig' (3 x 40 cpu, on one node)")
+    assert not is_allocated(read_claim(sc, "shared")), "the claim of a gang that binds nothing must stay free"
+    why = f"gang {sc.ns}/toobig: its members share ResourceClaim {sc.ns}/shared"
+    debug = sc.wait_for(
+        "Quorum's reason naming the shared claim",
+        lambda: (d if why in str((d := sc.gang_debug("toobig") or {}).get("reason")) else None), timeout=15)
+    sc.record("reason", str(debug.get("reason"))[:300])
+    assert "must run on one node; the best candidate node holds 1" in str(debug.get("reason")), debug
+    sc.finish()
