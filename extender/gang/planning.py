@@ -241,14 +241,10 @@ class Planner:
     def _pin_groups(self, group: list[PodRecord]) -> dict[Pins, set[str]] | None:
         """The members' uids by what their nodeSelectors pin, when they are not all pinned alike
         (None, the common case: kube-scheduler offered the filtered member the nodes of them all)."""
-        labels = self.level_labels
-        first = topology_pins(group[0], labels) if group else ()
-        if all(topology_pins(m, labels) == first for m in group[1:]):
-            return None
         out: dict[Pins, set[str]] = {}
         for m in group:
-            out.setdefault(topology_pins(m, labels), set()).add(m.uid)
-        return out
+            out.setdefault(topology_pins(m, self.level_labels), set()).add(m.uid)
+        return out if len(out) > 1 else None
 
     def _place_pinned(self, nodes: list[CandidateNode], members: list[Member], pins: dict[Pins, set[str]],
                       required: int | None, preferred: int | None, apart: Apart | None) -> Placement | NoFit:
