@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from .conventions import gang_key_of_pod, named_gang_key, scheduling_group_key
+from .conventions import gang_key_of_pod, scheduling_group_key, yielding_gang_key
 from .declarations import Declarations
 from .object_sources import NATIVE_PODGROUPS
 from .records import PodRecord
@@ -36,8 +36,8 @@ class BasicGroups:
         group = scheduling_group_key(pod)
         if group is None:
             return gang_key_of_pod(pod)
-        named = named_gang_key(pod)
-        if named is None or named == group:
+        named = yielding_gang_key(pod)  # the gang its own labels name, when not that PodGroup
+        if named is None:
             return group
         key = named if self._basic(group) else group
         self._naming.setdefault(group, {})[uid] = pod
