@@ -224,7 +224,7 @@ class Planner:
             members.sort(key=lambda m: m.key != _carrier_of(group))
             return place_on_one_node([n for n in nodes if not on or n.name in on], members, self.level_names,
                                      required, preferred, apart,
-                                     f"gang {spec.key}: its members share ResourceClaim {shared.key}")
+                                     f"shares ResourceClaim {shared.key} among its members")
         slices = self.level(spec.slice_topology)
         if slices is not None and spec.slice_size and not bound_nodes:
             return place_sliced(nodes, members, self.level_names, required, preferred, slices,

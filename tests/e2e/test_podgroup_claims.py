@@ -136,7 +136,7 @@ def test_a_gang_whose_podgroup_claim_cannot_be_satisfied_binds_nothing_and_says_
                           what="members of PodGroup 'toobig' (3 x 40 cpu, on one node)")
     claim = group_claim(sc)
     assert claim is not None and not is_allocated(claim), f"the claim must stay free: {claim}"
-    why = f"gang {sc.ns}/toobig: its members share ResourceClaim {sc.ns}/shared"
+    why = f"gang {sc.ns}/toobig shares ResourceClaim {sc.ns}/shared among its members, so all 3"
     debug = sc.wait_for(
         "Quorum's reason naming the shared claim",
         lambda: (d if why in str((d := sc.gang_debug("toobig") or {}).get("reason")) else None), timeout=15)

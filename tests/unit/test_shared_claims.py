@@ -67,7 +67,8 @@ def test_a_gang_whose_shared_claim_no_node_can_hold_binds_nothing_and_says_why()
     shared_gang(world, 2)
     decision = world.filter("m0")
     assert decision.passing == []
-    assert "share ResourceClaim ml/shared" in decision.reason, decision.reason
+    assert "gang ml/trainer shares ResourceClaim ml/shared among its members, so all 2" in decision.reason, \
+        decision.reason
     assert "must run on one node; the best candidate node holds 0" in decision.reason, decision.reason
 
 
