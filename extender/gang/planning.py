@@ -221,7 +221,8 @@ class Planner:
         shared = next((m.shared_claim for m in group if m.shared_claim is not None), None)
         if shared is not None:
             on = set(bound_nodes)  # the claim is allocated there once a member is bound
-            members.sort(key=lambda m: m.key != _carrier_of(group))
+            carrier = _carrier_of(group)
+            members.sort(key=lambda m: m.key != carrier)  # first: the node must hold the claim at all
             return place_on_one_node([n for n in nodes if not on or n.name in on], members, self.level_names,
                                      required, preferred, apart,
                                      f"shares ResourceClaim {shared.key} among its members")

@@ -289,7 +289,7 @@ class DeviceInventory:
             if claim is not None:
                 users = self._gang_users(key, claim)
                 if users is not None:
-                    return SharedClaim(key, uid == min(users))
+                    return SharedClaim(key, uid == _carrier(users))
         return None
 
     def _gang_users(self, key: str, claim: _Claim) -> set[str] | None:
@@ -301,6 +301,10 @@ class DeviceInventory:
             return None
         gangs = {pod.gang if pod is not None else "" for pod in map(self._pods.get, users)}
         return users if len(gangs) == 1 and "" not in gangs else None
+
+    def _none_bound(self, mates: set[str]) -> bool:
+        """Whether every member sharing a claim is still pending (``_gang_users`` knows them all)."""
+        return all(not self._pods[m].bound for m in mates)
 
     def demand(self, uid: str) -> Resources:
         """What a pending pod's claims ask for (empty for pods without claims and bound pods)."""
@@ -319,8 +323,7 @@ class DeviceInventory:
         if claim is not None:
             mates = self._gang_users(key, claim)
             if mates is not None:  # counted once for the gang: by its carrier, until one of them binds
-                unbound = all(not self._pods[m].bound for m in mates)
-                return claim.requests if unbound and uid == min(mates) else ()
+                return claim.requests if uid == _carrier(mates) and self._none_bound(mates) else ()
             users = self._users_of(key, claim)
             if len(users) > 1 and not template:
                 if claim.allocated:
@@ -376,7 +379,7 @@ class DeviceInventory:
             return True
         mates = self._gang_users(key, claim)
         if mates is not None:  # held by the carrier's demand while no mate is bound
-            return all(not self._pods[m].bound for m in mates)
+            return self._none_bound(mates)
         users = self._users_of(key, claim)
         if len(users) != 1:
             return False
@@ -392,3 +395,6 @@ class DeviceInventory:
     def counts(self) -> dict[str, int]:
         return {"resourceslices": len(self._slices), "resourceclaims": len(self._claims),
                 "deviceclasses": len(self.catalog.classes), "device_kinds": len(self._kinds)}
+
+
+_carrier = min  # the member carrying a shared claim's devices for its gang: the same whoever asks
