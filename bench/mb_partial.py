@@ -6,8 +6,10 @@
 Every placement first repairs gangs bound short of minCount (``Planner.partial_gangs``), which
 walks every gang the cache knows. This builds a cache of kwok-like nodes (``mb_cluster``) and
 ``--gangs`` running gangs of 16 bound members each, and times that walk: the median and the 90th
-percentile over ``--repeat`` calls, and the share spent building the ledger's in-flight map. It
-only measures and prints; it asserts nothing about speed.
+percentile over ``--repeat`` calls, and the share spent building the ledger's in-flight map. Then
+it gives every gang one more member, pending (a replacement a controller created), and times the
+walk again: every gang is then one Quorum must look at. It only measures and prints; it asserts
+nothing about speed.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def running_gangs(cluster: Cluster, gangs: int, nodes: int) -> None:
             cluster.cache.upsert_pod(pod)
 
 
+def pending_replacements(cluster: Cluster, gangs: int) -> None:
+    """One more member for each running gang, not bound yet: the gang is at quorum, not partial, but
+    it has both bound and pending members, so the walk reads its members."""
+    for g in range(gangs):
+        cluster.cache.upsert_pod(gang_pod(7_000_000 + g * 100 + GANG_SIZE, f"run-{g}", GANG_SIZE))
+
+
 def timed(call: object, repeat: int) -> list[float]:
     out = []
     for _ in range(repeat):
@@ -51,17 +60,21 @@ def main() -> None:
     parser.add_argument("--gangs", default="10,100,500")
     parser.add_argument("--repeat", type=int, default=200)
     args = parser.parse_args()
-    print(f"{'gangs':>6} {'walk median':>12} {'walk p90':>10} {'per gang':>9} {'in-flight map':>14}")
+    print(f"{'gangs':>6} {'walk median':>12} {'walk p90':>10} {'per gang':>9} {'in-flight map':>14} "
+          f"{'with a pending member each':>27}")
     for gangs in (int(g) for g in args.gangs.split(",")):
         cluster = Cluster(args.nodes, 0)
         running_gangs(cluster, gangs, args.nodes)
         planner, ledger = cluster.coordinator.planner, cluster.coordinator.core.ledger
         walk = timed(partial(planner.partial_gangs, ""), args.repeat)
         inflight = timed(ledger.inflight, args.repeat)
+        pending_replacements(cluster, gangs)
+        walk_pending = timed(partial(planner.partial_gangs, ""), args.repeat)
         median = statistics.median(walk)
         total = gangs + 3  # the cluster's own gangs (waiting, no-fit, reserved-case) are walked too
         print(f"{gangs:>6} {median * 1e3:>10.3f}ms {walk[int(len(walk) * 0.9)] * 1e3:>8.3f}ms "
-              f"{median / total * 1e6:>7.1f}µs {statistics.median(inflight) * 1e6:>12.2f}µs")
+              f"{median / total * 1e6:>7.1f}µs {statistics.median(inflight) * 1e6:>12.2f}µs "
+              f"{statistics.median(walk_pending) * 1e3:>25.3f}ms")
 
 
 if __name__ == "__main__":

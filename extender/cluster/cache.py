@@ -120,6 +120,7 @@ class ClusterCache:
             self.occupancy_epoch += 1
 
     def _account(self, pod: PodRecord, sign: int) -> None:
+        self.membership.count(pod, sign)
         if not pod.holds_capacity:
             return
         node = pod.node_name

@@ -8,16 +8,20 @@ is dropped with its last member, so gangs coming and going never grow it).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from typing import Any
 
 from .conventions import MemberTopology, spec_from_pod, topology_of_pod
 from .declarations import Declarations
-from .records import GangSpec
+from .records import GangSpec, PodRecord
 
 
 class Membership:
     def __init__(self, declarations: Declarations) -> None:
         self.gang_members: dict[str, set[str]] = defaultdict(set)
+        # Kept as pods change, so the search for partly bound gangs visits only gangs with both.
+        self.pending_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members ready for a node
+        self.holding_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members holding capacity
         self._declarations = declarations
 
     def join(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
@@ -45,3 +49,31 @@ class Membership:
         if not members:
             del self.gang_members[gang_key]
             self._declarations.forget_members(gang_key)
+
+    def count(self, pod: PodRecord, sign: int) -> None:
+        """Follow a member's record in (``sign`` 1) or out (-1) of its gang's pending and holding sets."""
+        if not pod.gang_key:
+            return
+        for index, member in ((self.pending_in, pod.pending), (self.holding_in, pod.holds_capacity)):
+            if not member:
+                continue
+            if sign > 0:
+                index[pod.gang_key].add(pod.uid)
+                continue
+            uids = index.get(pod.gang_key)
+            if uids is not None:
+                uids.discard(pod.uid)
+                if not uids:
+                    del index[pod.gang_key]
+
+    def check(self, pods: Mapping[str, PodRecord]) -> list[str]:
+        """Where the pending and holding sets differ from the pods themselves (for the invariants)."""
+        expected: tuple[dict[str, set[str]], dict[str, set[str]]] = (defaultdict(set), defaultdict(set))
+        for pod in pods.values():
+            if pod.gang_key:
+                for index, member in zip(expected, (pod.pending, pod.holds_capacity), strict=True):
+                    if member:
+                        index[pod.gang_key].add(pod.uid)
+        return [f"gang index {name}: kept {dict(kept)}, the pods say {dict(want)}"
+                for name, kept, want in (("pending", self.pending_in, expected[0]),
+                                         ("holding", self.holding_in, expected[1])) if kept != want]

@@ -38,6 +38,7 @@ def check_invariants(core: Core, registry: GangRegistry, parked: Collection[str]
         if gang not in registry.gangs:
             problems.append(f"gang {gang}: reservation held by a gang Quorum no longer tracks (a leak)")
     problems += registry.check()
+    problems += core.cache.membership.check(core.cache.pods)
     problems += _pod_problems(core, registry, parked)
     return problems
 

@@ -337,21 +337,27 @@ class Planner:
         """Gangs running with fewer than minCount members bound, that no bind is completing.
 
         Members whose bind succeeded but that the watch has not shown bound yet count as bound:
-        a gang that just reached quorum is not partial.
+        a gang that just reached quorum is not partial. Only gangs with a pending member and a
+        bound or binding one can be partial; the cache keeps those sets as pods change, so a
+        cluster of running gangs costs a set lookup per gang here, not a read of every member.
         """
+        cache = self.core.cache
+        inflight = self.core.ledger.inflight()
+        pending_in, holding_in = cache.membership.pending_in, cache.membership.holding_in
+        binding = {pod.gang_key for uid in inflight if (pod := cache.pods.get(uid)) is not None}
         out: list[tuple[GangSpec, list[PodRecord], list[str]]] = []
-        for key in list(self.core.cache.gang_members):
+        for key in [k for k in cache.gang_members if k in pending_in and (k in holding_in or k in binding)]:
             spec = self._repairable_spec(key, exclude)
             if spec is None:
                 continue
-            partial = self._partly_bound(spec)
+            partial = self._partly_bound(spec, inflight)
             if partial is not None:
                 out.append((spec, *partial))
         return out
 
     def _bound_nodes(self, members: list[PodRecord], inflight: Mapping[str, str]) -> list[str]:
         """Nodes of the members bound (on nodes that exist, not finished or leaving) or whose bind
-        is in flight (inlined, not ``runs``: it is asked of every gang's members)."""
+        is in flight (inlined, not ``runs``: it is asked of every candidate gang's members)."""
         nodes = self.core.cache.nodes
         bound_nodes = [m.node_name for m in members
                        if m.node_name and not m.terminal and not m.deleting and m.node_name in nodes]
@@ -372,12 +378,12 @@ class Planner:
             return None
         return spec
 
-    def _partly_bound(self, spec: GangSpec) -> tuple[list[PodRecord], list[str]] | None:
+    def _partly_bound(self, spec: GangSpec,
+                      inflight: Mapping[str, str]) -> tuple[list[PodRecord], list[str]] | None:
         """(pending members, nodes of the bound ones) of a gang bound short of minCount that has
         enough pending members to complete it and no no-fit still holding; None otherwise."""
         core, key = self.core, spec.key
         members = core.cache.members(key)
-        inflight = core.ledger.inflight()
         bound_nodes = self._bound_nodes(members, inflight)
         if not bound_nodes or len(bound_nodes) >= spec.min_count:
             return None

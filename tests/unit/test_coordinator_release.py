@@ -107,6 +107,19 @@ async def test_partly_bound_gang_is_repaired_before_another_gang_takes_its_domai
     assert world.filter("a1").passing == ["b0-r0-n1"]
 
 
+async def test_gang_bound_only_by_a_bind_the_watch_has_not_shown_is_repaired_first() -> None:
+    # a0's bind went through but the watch lags: the cache still shows it pending. The gang is
+    # partly bound all the same, and is completed before gang b takes the node beside a0.
+    world = World()
+    world.add(pod("a0", gang="a", min_count=2, gpus=8, required="rack"))
+    world.add(pod("a1", gang="a", min_count=2, gpus=8, required="rack"))
+    world.add(pod("b0", gang="b", min_count=1, gpus=8, required="rack"))
+    world.coordinator.core.ledger.mark_inflight("uid-a0", "b0-r0-n0", {"nvidia.com/gpu": 8}, gang="ml/a")
+    decision = world.filter("b0")
+    assert world.coordinator.reservation_of("ml/a") == {"uid-a1": "b0-r0-n1"}
+    assert decision.passing and "b0-r0-n1" not in decision.passing
+
+
 # ---------------------------------------------------------------------------------- extras, basic
 
 
