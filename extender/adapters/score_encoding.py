@@ -3,7 +3,10 @@
 Scores must be ints in 0..10 (kube-scheduler does not clamp) and hosts must come from the
 request: one entry is written per candidate, and a score outside the range is clamped and logged.
 Encoded fragments are cached per node, so a call with nothing changed joins bytes instead of
-encoding thousands of entries.
+encoding thousands of entries. When every candidate scores the same the answer is an empty list:
+kube-scheduler adds nothing for a host the answer leaves out, and the same score added to every
+node changes no ranking, so the choice is the one the full list would give, without one entry per
+node encoded here and decoded there.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Hashable, Mapping
-from itertools import filterfalse
+from itertools import filterfalse, repeat
 from typing import Any
 
 import orjson
@@ -74,6 +77,8 @@ class ScoreEncoder:
         self._by_score: list[dict[str, bytes]] = [{} for _ in range(MAX_SCORE + 1)]
         self._epoch: Hashable | None = None
         self._by_epoch: dict[str, bytes] = {}
+        self._scores_epoch: Hashable | None = None
+        self._epoch_scores: dict[str, Any] = {}  # node -> score under ``_scores_epoch``
 
     def _fragment(self, name: str, score: int) -> bytes:
         score = _in_range(score)
@@ -121,6 +126,8 @@ class ScoreEncoder:
         return host_priority_list(fragments)
 
     def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
+        if self._uniform(candidates, table):
+            return b"[]"
         if table.epoch is None:
             known = table.known
             return self._complete(candidates, self._scored(candidates, known),
@@ -129,3 +136,30 @@ class ScoreEncoder:
             self._epoch, self._by_epoch = table.epoch, {}
         found: list[bytes | None] = list(map(self._by_epoch.get, candidates))
         return self._complete(candidates, found, table.score_of, self._by_epoch)
+
+    def _uniform(self, candidates: list[str], table: ScoreTable) -> bool:
+        """Every candidate gets the same valid score (as ``_complete`` would write it: names that
+        are not nodes of the cluster score 0).
+
+        A table kept across calls (``epoch``) has its scores kept too, so a call with nothing
+        changed is one C-level pass over the names.
+        """
+        is_node = self._is_node
+        if table.epoch is None:
+            score_or: Callable[[str, int], int] = table.known.get
+            distinct = set(map(score_or, filter(is_node, candidates), repeat(0)))
+            if not all(map(is_node, candidates)):
+                distinct.add(0)
+            return len(distinct) == 1 and distinct <= _SCORES
+        if table.epoch != self._scores_epoch or len(self._epoch_scores) > self._limit():
+            self._scores_epoch, self._epoch_scores = table.epoch, {}
+        scores = self._epoch_scores
+        seen: set[Any] = set(map(scores.get, candidates))
+        if None in seen:
+            seen.discard(None)
+            for name in filterfalse(scores.__contains__, candidates):
+                score = table.score_of(name) if is_node(name) else None
+                if score is not None:
+                    scores[name] = score
+                seen.add(0 if score is None else score)
+        return len(seen) == 1 and seen <= _SCORES

@@ -149,10 +149,23 @@ async def test_prioritize_returns_bare_array_with_int_scores_in_range(stack: Sta
 
 
 async def test_prioritize_subset_of_input(stack: Stack) -> None:
+    stack.cache.upsert_pod(make_pod("running", "uid-running", node="kwok-b1-r0-n0", phase="Running"))
     offered = ["kwok-b1-r0-n1", "kwok-b0-r1-n0"]
     status, doc = await stack.post_json("/prioritize", extender_args(plain_pod(), names=offered))
     assert status == 200
     assert [entry["Host"] for entry in doc] == offered
+
+
+async def test_prioritize_answers_no_entries_when_every_candidate_scores_the_same(stack: Stack) -> None:
+    # An empty cluster: a plain pod has no preference, and an empty list ranks the nodes as the full
+    # one would (kube-scheduler adds nothing for a missing host).
+    status, doc = await stack.post_json("/prioritize", extender_args(plain_pod(), names=ALL_NAMES))
+    assert (status, doc) == (200, [])
+    # Both answers from the table kept across calls (the same occupancy epoch), then one node in use.
+    assert (await stack.post_json("/prioritize", extender_args(plain_pod(), names=ALL_NAMES)))[1] == []
+    stack.cache.upsert_pod(make_pod("running", "uid-running", node="kwok-b1-r0-n0", phase="Running"))
+    status, doc = await stack.post_json("/prioritize", extender_args(plain_pod(), names=ALL_NAMES))
+    assert sorted(entry["Host"] for entry in doc) == sorted(ALL_NAMES)
 
 
 async def test_prioritize_with_no_candidates(stack: Stack) -> None:

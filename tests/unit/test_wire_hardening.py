@@ -174,3 +174,28 @@ def test_rejection_result_is_the_filter_result_rejecting_every_candidate(mode: s
     reason = 'gang ml/g: 1/2 pods exist, "waiting" for 1 \\ é'
     expected = json.loads(wire.filter_result(args, [], {}, dict.fromkeys(args.candidate_names, reason)))
     assert json.loads(wire.rejection_result(args, reason)) == expected
+
+
+@pytest.mark.parametrize("epoch", [None, "e1"])
+def test_no_entries_only_when_every_candidate_scores_the_same_valid_score(epoch: Any) -> None:
+    nodes = {"n1": 3, "n2": 3}
+
+    def encode(candidates: list[str], scores: dict[str, Any]) -> bytes:
+        table: Any = _Table(scores, epoch)
+        return wire.ScoreEncoder(nodes.__contains__, lambda: 100).encode(candidates, table)
+
+    assert encode(["n1", "n2", "n1"], dict(nodes)) == b"[]"
+    # A name the cluster does not know scores 0, so the scores differ and every host is written.
+    doc = json.loads(encode(["n1", "gone", "n2"], dict(nodes)))
+    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 3, "gone": 0, "n2": 3}
+    assert encode(["n1", "gone", "n2"], {"n1": 0, "n2": 0}) == b"[]"  # 0 for every one of them
+    # The same score out of range is clamped and written out, not taken as "no preference".
+    doc = json.loads(encode(["n1", "n2"], {"n1": 11, "n2": 11}))
+    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 10, "n2": 10}
+
+
+def test_kept_scores_follow_the_table_epoch() -> None:
+    encoder = wire.ScoreEncoder(lambda name: True, lambda: 100)
+    assert encoder.encode(["n1", "n2"], _Table({"n1": 4, "n2": 4}, "e1")) == b"[]"  # type: ignore[arg-type]
+    doc = json.loads(encoder.encode(["n1", "n2"], _Table({"n1": 4, "n2": 9}, "e2")))  # type: ignore[arg-type]
+    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 4, "n2": 9}
