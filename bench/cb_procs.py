@@ -1,5 +1,6 @@
-"""The processes under test: the native kube-scheduler the benchmark starts beside Quorum's, CPU
-and memory of every component from /proc, and the metrics that say where the time went."""
+"""The processes under test: the kube-schedulers the benchmark starts beside Quorum's (the native
+one, and Quorum's profile in members-only mode), CPU and memory of every component from /proc, and
+the metrics that say where the time went."""
 
 from __future__ import annotations
 
@@ -15,12 +16,16 @@ from datetime import datetime
 from pathlib import Path
 
 import orjson
+import yaml
 from cb_kube import CLUSTER_DIR
 
 NATIVE_PORT = 17260
 NATIVE_NAME = "native-scheduler"  # also in hack/lib/cluster-common.sh, so cluster-down stops it
-COMPONENTS = ("quorum", "kube-scheduler", NATIVE_NAME, "kube-apiserver", "etcd", "kube-controller-manager",
-              "kwok")
+MEMBERS_PORT = 17261
+MEMBERS_NAME = "members-scheduler"  # also in hack/lib/cluster-common.sh
+MEMBERS_PROFILE = "quorum-members"
+COMPONENTS = ("quorum", "kube-scheduler", NATIVE_NAME, MEMBERS_NAME, "kube-apiserver", "etcd",
+              "kube-controller-manager", "kwok")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 NATIVE_CONFIG = """\
@@ -87,36 +92,48 @@ class Paused:
         os.kill(self.pid, signal.SIGCONT)
 
 
+def members_only_config() -> str:
+    """Quorum's kube-scheduler configuration as cluster-up wrote it, in members-only mode: profile
+    ``quorum-members``, the extender consulted only about pods that request ``quorum.dev/member``."""
+    doc = yaml.safe_load((CLUSTER_DIR / "kube-scheduler.yaml").read_text())
+    doc["profiles"][0]["schedulerName"] = MEMBERS_PROFILE
+    for extender in doc["extenders"]:
+        extender["managedResources"] = [{"name": "quorum.dev/member", "ignoredByScheduler": True}]
+    return str(yaml.safe_dump(doc, sort_keys=False))
+
+
 @dataclass
-class NativeScheduler:
-    """A second kube-scheduler from the same binary: profile ``native``, gang scheduling on."""
+class SecondScheduler:
+    """Another kube-scheduler from the same binary, under its own name, port and configuration."""
 
     binary: Path
     gates: str
-    percentage: int = 100
+    name: str
+    port: int
+    config_text: str
 
     def start(self) -> None:
-        if pid_of(NATIVE_NAME) is not None:
+        if pid_of(self.name) is not None:
             self.stop()
-        config = CLUSTER_DIR / "native-scheduler.yaml"
+        config = CLUSTER_DIR / f"{self.name}.yaml"
         kubeconfig = CLUSTER_DIR / "scheduler.kubeconfig"
-        config.write_text(NATIVE_CONFIG.format(kubeconfig=kubeconfig, percentage=self.percentage))
-        log = open(CLUSTER_DIR / "logs" / f"{NATIVE_NAME}.log", "ab")
+        config.write_text(self.config_text)
+        log = open(CLUSTER_DIR / "logs" / f"{self.name}.log", "ab")
         proc = subprocess.Popen(
             [str(self.binary), "--config", str(config), "--feature-gates", self.gates,
              "--authentication-kubeconfig", str(kubeconfig), "--authorization-kubeconfig", str(kubeconfig),
-             "--bind-address", "127.0.0.1", "--secure-port", str(NATIVE_PORT),
-             "--cert-dir", str(CLUSTER_DIR / "native-scheduler-certs"), "--profiling=false"],
+             "--bind-address", "127.0.0.1", "--secure-port", str(self.port),
+             "--cert-dir", str(CLUSTER_DIR / f"{self.name}-certs"), "--profiling=false"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        (CLUSTER_DIR / "pids" / f"{NATIVE_NAME}.pid").write_text(str(proc.pid))
+        (CLUSTER_DIR / "pids" / f"{self.name}.pid").write_text(str(proc.pid))
         deadline = time.monotonic() + 60
-        while _scheduler_metrics(NATIVE_PORT) is None:
+        while _scheduler_metrics(self.port) is None:
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the native kube-scheduler did not start; see {log.name}")
+                raise RuntimeError(f"{self.name} did not start; see {log.name}")
             time.sleep(0.5)
 
     def stop(self) -> None:
-        pid = pid_of(NATIVE_NAME)
+        pid = pid_of(self.name)
         if pid is None:
             return
         os.kill(pid, signal.SIGTERM)
@@ -126,7 +143,22 @@ class NativeScheduler:
             except OSError:
                 break
             time.sleep(0.1)
-        (CLUSTER_DIR / "pids" / f"{NATIVE_NAME}.pid").unlink(missing_ok=True)
+        (CLUSTER_DIR / "pids" / f"{self.name}.pid").unlink(missing_ok=True)
+
+
+def native_scheduler(binary: Path, gates: str, percentage: int) -> SecondScheduler:
+    """Profile ``native``, gang scheduling on (``gates``)."""
+    kubeconfig = CLUSTER_DIR / "scheduler.kubeconfig"
+    return SecondScheduler(binary, gates, NATIVE_NAME, NATIVE_PORT,
+                           NATIVE_CONFIG.format(kubeconfig=kubeconfig, percentage=percentage))
+
+
+def members_scheduler(binary: Path) -> SecondScheduler:
+    """Quorum's profile in members-only mode, with the gates Quorum's own kube-scheduler runs."""
+    pid = pid_of("kube-scheduler")
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if pid else []
+    gates = argv[argv.index("--feature-gates") + 1] if "--feature-gates" in argv[:-1] else ""
+    return SecondScheduler(binary, gates, MEMBERS_NAME, MEMBERS_PORT, members_only_config())
 
 
 def _scheduler_metrics(port: int) -> str | None:
@@ -188,7 +220,8 @@ def metrics_snapshot() -> dict[str, dict[str, float]]:
     """Counters of Quorum and both schedulers, to subtract one snapshot from the next."""
     return {"quorum": _sum_series(_quorum_metrics(), QUORUM_SERIES),
             "kube-scheduler": _sum_series(_scheduler_metrics(17259), SCHEDULER_SERIES),
-            NATIVE_NAME: _sum_series(_scheduler_metrics(NATIVE_PORT), SCHEDULER_SERIES)}
+            NATIVE_NAME: _sum_series(_scheduler_metrics(NATIVE_PORT), SCHEDULER_SERIES),
+            MEMBERS_NAME: _sum_series(_scheduler_metrics(MEMBERS_PORT), SCHEDULER_SERIES)}
 
 
 def audit_offset() -> int:

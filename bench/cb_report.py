@@ -9,7 +9,7 @@ from typing import Any
 from cb_workloads import GANG_LABEL
 
 SCHEDULING = {"Q": ("quorum", "kube-scheduler"), "Vq": ("quorum", "kube-scheduler"),
-              "N": ("native-scheduler",), "V": ("native-scheduler",)}
+              "Vm": ("quorum", "members-scheduler"), "N": ("native-scheduler",), "V": ("native-scheduler",)}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -50,9 +50,9 @@ COLUMNS = (("last_to_all_bound_s", "{:.2f}"), ("gangs_per_minute", "{:.1f}"),
 
 
 def summarize(rows: list[dict[str, Any]]) -> list[str]:
-    """A markdown table: per workload and configuration, medians with min..max, and the ratio of
-    each repetition's pair (the first configuration of the pair over the second; gangs per minute
-    for W5, pods per second otherwise)."""
+    """A markdown table: per workload and configuration, medians with min..max, and per repetition
+    the ratio of each configuration to the workload's last one, the native scheduler (gangs per
+    minute for W5, pods per second otherwise)."""
     by: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by[(row["workload"], row["config"])].append(row)
@@ -62,7 +62,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[str]:
            "|---|---|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for (workload, config), runs in by.items():
         pair = runs[0]["pair"]
-        other = by.get((workload, pair[1]), []) if config == pair[0] else []
+        other = by.get((workload, pair[-1]), []) if config != pair[-1] else []
         key = "gangs_per_minute" if runs[0].get("gangs_per_minute") is not None else "pods_per_second"
         ratios = [a[key] / b[key] for a, b in zip(runs, other, strict=False) if b[key]]
         cells = [f"{workload} {runs[0]['title']}", config, str(len(runs)),

@@ -54,14 +54,14 @@ def workloads(nodes: int, pods: int) -> dict[str, Workload]:
         Workload("W1", f"{gangs} gangs of 16", ("Q", "N"), gang_sizes=(16,) * gangs),
         Workload("W2", f"{gangs} gangs of 16, required rack", ("Q", "N"), gang_sizes=(16,) * gangs,
                  required_rack=True),
-        Workload("W3", f"{pods} plain pods", ("Vq", "V"), plain_pods=pods),
+        Workload("W3", f"{pods} plain pods", ("Vq", "Vm", "V"), plain_pods=pods),
         Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), paused=False, timeout=120),
         Workload("W5", "mixed gangs, whole-node pods, 2x oversubscribed", ("Q", "N"),
                  gang_sizes=mixed_sizes(2 * nodes), requests=gpu_pod, complete_after="20s", timeout=150),
     )}
 
 
-SCHEDULER_OF = {"Q": "quorum", "Vq": "quorum", "N": "native", "V": "native"}
+SCHEDULER_OF = {"Q": "quorum", "Vq": "quorum", "Vm": "quorum-members", "N": "native", "V": "native"}
 
 
 def podgroup(namespace: str, name: str, size: int, required_rack: bool) -> dict[str, Any]:

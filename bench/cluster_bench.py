@@ -5,6 +5,8 @@ Configurations (all on one cluster, one at a time):
   Q   gangs under Quorum's profile (kube-scheduler + Quorum over HTTP)
   N   the same gangs under a second kube-scheduler with GenericWorkload on ("native" profile)
   Vq  plain pods under Quorum's profile
+  Vm  plain pods under Quorum's profile in members-only mode (a third kube-scheduler, profile
+      quorum-members, consulting Quorum only about pods that request quorum.dev/member)
   V   plain pods under the native scheduler
 Workloads:
   W1  gangs of 16 (``--pods`` pods)          W2  the same, each gang in one rack (required)
@@ -43,7 +45,8 @@ from cb_report import SCHEDULING, completed_gangs, gang_skews, per_pod_ms, perce
 from cb_workloads import PODGROUP_PATH, SCHEDULER_OF, Workload, run_objects, workloads
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEDULER_PROCESS = {"quorum": "kube-scheduler", "native": cb_procs.NATIVE_NAME}
+SCHEDULER_PROCESS = {"quorum": "kube-scheduler", "native": cb_procs.NATIVE_NAME,
+                     cb_procs.MEMBERS_PROFILE: cb_procs.MEMBERS_NAME}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -132,7 +135,7 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
-        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in ("Q", "Vq") else None,
+        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in ("Q", "Vq", "Vm") else None,
         "system_cpu_ms_per_pod": per_pod_ms(cpu, bound),
         "metrics": {proc: {k: round(v - before_metrics[proc].get(k, 0.0), 3) for k, v in series.items()}
                     for proc, series in after_metrics.items()},
@@ -195,14 +198,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.start_cluster:
         subprocess.run([str(ROOT / "hack" / "cluster-up.sh"), "--blocks", str(args.blocks), "--racks",
                         str(args.racks), "--nodes", str(args.nodes_per_rack)], check=True)
-    native = cb_procs.NativeScheduler(ROOT / ".cache" / "bin" / version / "kube-scheduler",
-                                      "GenericWorkload=true,TopologyAwareWorkloadScheduling=true",
-                                      args.native_percentage)
-    native.start()
+    binary = ROOT / ".cache" / "bin" / version / "kube-scheduler"
+    native_gates = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
+    schedulers = [cb_procs.native_scheduler(binary, native_gates, args.native_percentage),
+                  cb_procs.members_scheduler(binary)]
     try:
+        for scheduler in schedulers:
+            scheduler.start()
         rows = asyncio.run(main_async(args))
     finally:
-        native.stop()
+        for scheduler in schedulers:
+            scheduler.stop()
         if args.start_cluster:
             subprocess.run([str(ROOT / "hack" / "cluster-down.sh")], check=False)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -22,6 +22,10 @@ Resources = dict[str, int]
 CPU = "cpu"
 _POD_LEVEL = ("cpu", "memory")
 PODS = "pods"
+# Opt-in mode (docs/install.md): gang members request this so that kube-scheduler, told to manage it
+# with ``ignoredByScheduler``, consults Quorum about them and about no other pod. No node offers it
+# and no scheduler counts it, so neither does Quorum.
+MEMBER_RESOURCE = "quorum.dev/member"
 
 MAX_UNITS = 2**63 - 1  # the cap in canonical units: a request this large fits nowhere
 _NANO = 10**9
@@ -214,7 +218,7 @@ def pod_requests(spec: Mapping[str, Any]) -> Resources:
     overhead = spec.get("overhead")
     if overhead:
         _add_into(total, parse_resource_list(overhead))
-    return {name: amount for name, amount in total.items() if amount}
+    return {name: amount for name, amount in total.items() if amount and name != MEMBER_RESOURCE}
 
 
 def add(a: Mapping[str, int], b: Mapping[str, int]) -> Resources:

@@ -1,10 +1,11 @@
-"""The suite's own kube-scheduler restarted with feature gates for one module, then put back.
+"""The suite's own kube-scheduler restarted with feature gates or another configuration for one
+module, then put back.
 
 Every module runs kube-scheduler as ``hack/cluster-up.sh`` starts it; a module that needs another
 gate (``GenericWorkload`` for the group cycle, ``DRAWorkloadResourceClaims`` for PodGroup claims)
-restarts the local process with it and restarts it as it was afterwards. Each gate is read back
-from kube-scheduler's ``/metrics`` (``kubernetes_feature_enabled``), so a module cannot pass with a
-gate silently off.
+or another configuration (the extender's ``managedResources``) restarts the local process with it
+and restarts it as it was afterwards. Each gate is read back from kube-scheduler's ``/metrics``
+(``kubernetes_feature_enabled``), so a module cannot pass with a gate silently off.
 """
 
 from __future__ import annotations
@@ -12,11 +13,13 @@ from __future__ import annotations
 import re
 import ssl
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from .cluster import wait
 from .pairs import PIDS, argv_value
@@ -77,24 +80,47 @@ def restart_scheduler(running: LocalProcess, argv: list[str], scheduler: Schedul
         raise RuntimeError(f"kube-scheduler did not answer /healthz on port {scheduler.port} after a restart")
 
 
+def with_config(argv: list[str], edit: Callable[[dict[str, Any]], None]) -> list[str]:
+    """``argv`` with ``--config`` pointing at a copy of its KubeSchedulerConfiguration that ``edit``
+    changed (written beside the original, which stays as it was)."""
+    argv = list(argv)
+    at = argv.index("--config") + 1
+    original = Path(argv[at])
+    doc = yaml.safe_load(original.read_text())
+    edit(doc)
+    edited = original.with_name(f"{original.stem}-edited{original.suffix}")
+    edited.write_text(yaml.safe_dump(doc, sort_keys=False))
+    argv[at] = str(edited)
+    return argv
+
+
 @contextmanager
-def scheduler_gates(gates: Mapping[str, bool]) -> Iterator[Scheduler]:
-    """The suite's kube-scheduler with ``gates`` set, each read back; restarted as it was after."""
+def restarted_scheduler(change: Callable[[list[str]], list[str]]) -> Iterator[Scheduler]:
+    """The suite's kube-scheduler restarted with ``change(argv)``; restarted as it was after."""
     original = LocalProcess.from_pid_file(PIDS / "kube-scheduler.pid", must_contain="kube-scheduler")
     if isinstance(original, str):
         pytest.skip(f"needs the local kube-scheduler process: {original}")
     scheduler = Scheduler(int(argv_value(original.argv, "--secure-port") or "10259"), PIDS.parent)
-    argv = original.argv
-    for gate, value in gates.items():
-        argv = with_gate(argv, gate, value)
-    restart_scheduler(original, argv, scheduler)
+    restart_scheduler(original, change(original.argv), scheduler)
     try:
-        for gate, value in gates.items():
-            enabled = scheduler.gate_enabled(gate)
-            assert enabled == float(value), f"kube-scheduler reports {gate}={enabled}, restarted with {value}"
         yield scheduler
     finally:
         now = LocalProcess.from_pid_file(PIDS / "kube-scheduler.pid", must_contain="kube-scheduler")
         if isinstance(now, str):
             raise RuntimeError(now)
         restart_scheduler(now, original.argv, scheduler)
+
+
+@contextmanager
+def scheduler_gates(gates: Mapping[str, bool]) -> Iterator[Scheduler]:
+    """The suite's kube-scheduler with ``gates`` set, each read back; restarted as it was after."""
+    def change(argv: list[str]) -> list[str]:
+        for gate, value in gates.items():
+            argv = with_gate(argv, gate, value)
+        return argv
+
+    with restarted_scheduler(change) as scheduler:
+        for gate, value in gates.items():
+            enabled = scheduler.gate_enabled(gate)
+            assert enabled == float(value), f"kube-scheduler reports {gate}={enabled}, restarted with {value}"
+        yield scheduler

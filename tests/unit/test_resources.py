@@ -335,3 +335,11 @@ def test_a_deeply_nested_quantity_is_refused_without_rendering_it() -> None:
         nested = [nested]
     with pytest.raises(QuantityError, match="<list>"):
         to_units("cpu", nested)  # type: ignore[arg-type]
+
+
+def test_the_opt_in_member_resource_is_no_request() -> None:
+    # Members-only mode: gang members ask for quorum.dev/member so that kube-scheduler consults
+    # Quorum about them; no node offers it and kube-scheduler ignores it, so Quorum must as well.
+    container = {"resources": {"limits": {"quorum.dev/member": "1", "nvidia.com/gpu": "2"},
+                               "requests": {"cpu": "1"}}}
+    assert pod_requests({"containers": [container]}) == {"cpu": 1000, "nvidia.com/gpu": 2}
