@@ -1,20 +1,24 @@
 """Prioritize answers: a HostPriorityList encoded from a ``ScoreTable``.
 
-Scores must be ints in 0..10 (kube-scheduler does not clamp) and hosts must come from the
-request: one entry is written per candidate, and a score outside the range is clamped and logged.
-Encoded fragments are cached per node, so a call with nothing changed joins bytes instead of
-encoding thousands of entries. When every candidate scores the same the answer is an empty list:
-kube-scheduler adds nothing for a host the answer leaves out, and the same score added to every
-node changes no ranking, so the choice is the one the full list would give, without one entry per
-node encoded here and decoded there.
+Scores must be ints in 0..10 (kube-scheduler does not clamp): a score outside the range is clamped
+and logged. Only candidates that score above the lowest candidate are written, each with the lowest
+score taken off. kube-scheduler adds nothing for a host the answer leaves out, and taking the same
+amount off every candidate changes no ranking, so the node chosen has the same total as with the
+full list; what changes is that neither side encodes or decodes an entry for every node (1,000 of
+them per call on a cluster of 1,000), and when every candidate scores the same the answer is empty.
+(kube-scheduler breaks a tie between equal totals at random among the hosts an extender listed and
+by its heap's order among the others, as it does with no extender at all.)
+
+Encoded fragments are cached per node and score, and the scores of a table kept across calls
+(``epoch``) are kept with it, so a call with nothing changed is a few passes over the names.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable, Mapping
-from itertools import filterfalse, repeat
+from collections.abc import Callable, Hashable
+from itertools import compress, repeat
 from typing import Any
 
 import orjson
@@ -52,23 +56,12 @@ def host_priority_list(fragments: list[bytes]) -> bytes:
 _SCORES = frozenset(range(MAX_SCORE + 1))
 
 
-def _zero_scores(names: list[str]) -> bytes:
-    """HostPriority entries scoring 0 for many names, encoded with two C-level passes.
-
-    In orjson's encoding of a list of strings, ``","`` occurs only between elements: inside a
-    string every quote is escaped, so a quote there is never followed by ``,"``.
-    """
-    inner = orjson.dumps(names)[1:-1]  # "a","b"
-    return b'{"Host":' + inner.replace(b'","', b'","Score":0},{"Host":"') + b',"Score":0}'
-
-
 class ScoreEncoder:
-    """Encodes a ``ScoreTable`` as a HostPriorityList, reusing per-node fragments.
+    """Encodes a ``ScoreTable`` as a HostPriorityList of the candidates above the lowest score.
 
-    One entry per candidate, so hosts are always the request's own.
-    Fragments are cached only for nodes in the cluster cache (``is_node``), and the caches are
-    dropped when they grow past ``limit()`` entries (node churn), so a client that sends unknown or
-    ever-new names leaves nothing behind.
+    Names the cluster cache does not know (``is_node``) score 0 and are never kept. Fragments and
+    kept scores are dropped when they grow past ``limit()`` entries (node churn), so a client that
+    sends unknown or ever-new names leaves nothing behind.
     """
 
     def __init__(self, is_node: Callable[[str], bool], limit: Callable[[], int]) -> None:
@@ -76,12 +69,34 @@ class ScoreEncoder:
         self._limit = limit
         self._by_score: list[dict[str, bytes]] = [{} for _ in range(MAX_SCORE + 1)]
         self._epoch: Hashable | None = None
-        self._by_epoch: dict[str, bytes] = {}
-        self._scores_epoch: Hashable | None = None
-        self._epoch_scores: dict[str, Any] = {}  # node -> score under ``_scores_epoch``
+        self._epoch_scores: dict[str, int] = {}  # node -> score (in range) under ``_epoch``
+        self._fragments_key: tuple[Hashable | None, int] | None = None
+        self._fragments: dict[str, bytes] = {}  # node -> its entry under ``_fragments_key``
 
-    def _fragment(self, name: str, score: int) -> bytes:
-        score = _in_range(score)
+    def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
+        scores = self._scores(candidates, table)
+        low = min(scores, default=0)
+        if not scores or max(scores) == low:
+            return b"[]"
+        above = list(map(low.__lt__, scores))
+        names = list(compress(candidates, above))  # selected at C speed
+        kept = self._kept_fragments(table.epoch, low)
+        fragments: list[bytes | None] = list(map(kept.get, names))
+        # Fragments are never empty, so all() is a miss test at C speed (``None in`` compares bytes).
+        if not all(fragments):
+            shifted = map(low.__rsub__, compress(scores, above))
+            fragments = [fragment or self._fragment(name, score, kept if table.epoch is not None else None)
+                         for name, score, fragment in zip(names, shifted, fragments, strict=True)]
+        return host_priority_list(fragments)  # type: ignore[arg-type]  # no None left
+
+    def _kept_fragments(self, epoch: Hashable | None, low: int) -> dict[str, bytes]:
+        """Entries already encoded for this table and lowest score (none for a table of one call)."""
+        key = (epoch, low)
+        if epoch is None or key != self._fragments_key or len(self._fragments) > self._limit():
+            self._fragments_key, self._fragments = key, {}
+        return self._fragments
+
+    def _fragment(self, name: str, score: int, kept: dict[str, bytes] | None) -> bytes:
         cache = self._by_score[score]
         fragment = cache.get(name)
         if fragment is None:
@@ -90,76 +105,34 @@ class ScoreEncoder:
                 if len(cache) >= self._limit():
                     cache.clear()
                 cache[name] = fragment
+        if kept is not None and self._is_node(name):
+            kept[name] = fragment
         return fragment
 
-    def _scored(self, candidates: list[str], known: Mapping[str, int]) -> list[bytes | None]:
-        """Cached fragments, None where there is none yet. Scores are checked once per table; a
-        table with any score outside 0..10 gets no cached fragment, so each is checked alone."""
-        if _SCORES.issuperset(known.values()):  # so no negative score indexes a wrong cache
-            by_score = self._by_score
-            try:
-                return [by_score[known.get(name, 0)].get(name) for name in candidates]
-            except TypeError:  # a float equal to a valid int
-                pass
-        return [None] * len(candidates)
-
-    def _complete(self, candidates: list[str], found: list[bytes | None],
-                  score_of: Callable[[str], int | None], cache: dict[str, bytes] | None) -> bytes:
-        """The list with every miss filled in: nodes of the cluster scored (and cached), and names
-        it does not know scored 0 in one pass and put last (order is free: kube-scheduler reads the
-        answer into a map by host). A 30 MiB list of unknown names costs one regex pass."""
-        # Fragments are never empty, so all() is a miss test; it reads truth values (C speed)
-        # where ``None not in found`` compares 5,000 bytes objects with None (4x slower).
-        if all(found):
-            return host_priority_list(found)  # type: ignore[arg-type]  # no None in it
-        missing = [name for name, fragment in zip(candidates, found, strict=True) if fragment is None]
-        fragments = [fragment for fragment in found if fragment is not None]
-        for name in filter(self._is_node, missing):
-            score = score_of(name)
-            fragment = self._fragment(name, 0 if score is None else score)
-            if cache is not None:
-                cache[name] = fragment
-            fragments.append(fragment)
-        unknown = list(filterfalse(self._is_node, missing))
-        if unknown:
-            fragments.append(_zero_scores(unknown))
-        return host_priority_list(fragments)
-
-    def encode(self, candidates: list[str], table: ScoreTable) -> bytes:
-        if self._uniform(candidates, table):
-            return b"[]"
-        if table.epoch is None:
-            known = table.known
-            return self._complete(candidates, self._scored(candidates, known),
-                                  lambda name: known.get(name, 0), None)
-        if table.epoch != self._epoch or len(self._by_epoch) > self._limit():
-            self._epoch, self._by_epoch = table.epoch, {}
-        found: list[bytes | None] = list(map(self._by_epoch.get, candidates))
-        return self._complete(candidates, found, table.score_of, self._by_epoch)
-
-    def _uniform(self, candidates: list[str], table: ScoreTable) -> bool:
-        """Every candidate gets the same valid score (as ``_complete`` would write it: names that
-        are not nodes of the cluster score 0).
-
-        A table kept across calls (``epoch``) has its scores kept too, so a call with nothing
-        changed is one C-level pass over the names.
-        """
+    def _scores(self, candidates: list[str], table: ScoreTable) -> list[int]:
+        """Each candidate's score in 0..10, in order; 0 for a name that is no node of the cluster."""
         is_node = self._is_node
         if table.epoch is None:
-            score_or: Callable[[str, int], int] = table.known.get
-            distinct = set(map(score_or, filter(is_node, candidates), repeat(0)))
+            score_or: Callable[[str, int], Any] = table.known.get
+            scores: list[Any] = list(map(score_or, candidates, repeat(0)))
             if not all(map(is_node, candidates)):
-                distinct.add(0)
-            return len(distinct) == 1 and distinct <= _SCORES
-        if table.epoch != self._scores_epoch or len(self._epoch_scores) > self._limit():
-            self._scores_epoch, self._epoch_scores = table.epoch, {}
-        scores = self._epoch_scores
-        seen: set[Any] = set(map(scores.get, candidates))
-        if None in seen:
-            seen.discard(None)
-            for name in filterfalse(scores.__contains__, candidates):
-                score = table.score_of(name) if is_node(name) else None
-                if score is not None:
-                    scores[name] = score
-                seen.add(0 if score is None else score)
-        return len(seen) == 1 and seen <= _SCORES
+                scores = [score if is_node(name) else 0
+                          for name, score in zip(candidates, scores, strict=True)]
+            if not _SCORES.issuperset(scores) or not set(map(type, scores)) <= {int}:  # 5.0 is in _SCORES
+                scores = [_in_range(score) for score in scores]
+            return scores
+        if table.epoch != self._epoch or len(self._epoch_scores) > self._limit():
+            self._epoch, self._epoch_scores = table.epoch, {}
+        kept = self._epoch_scores
+        found: list[int] = list(map(kept.get, candidates, repeat(-1)))  # -1: not kept yet
+        if not found or min(found) >= 0:
+            return found
+        return [self._score_of(name, table, kept) if score < 0 else score
+                for name, score in zip(candidates, found, strict=True)]
+
+    def _score_of(self, name: str, table: ScoreTable, kept: dict[str, int]) -> int:
+        if not self._is_node(name):
+            return 0
+        raw = table.score_of(name)
+        score = kept[name] = 0 if raw is None else _in_range(raw)
+        return score

@@ -295,7 +295,9 @@ def rejection_result(args: ExtenderArgs, reason: str) -> bytes:
     names = args.candidate_names
     if names:
         value = b'":' + orjson.dumps(reason)
-        inner = orjson.dumps(names)[1:-1]  # "a","b": as in _zero_scores, "," only between names
+        # "a","b": in orjson's encoding of a list of strings '","' occurs only between names (inside
+        # a string every quote is escaped).
+        inner = orjson.dumps(names)[1:-1]
         rejected = b"{" + inner.replace(b'","', value + b',"') + value[1:] + b"}"
     else:
         rejected = b"{}"

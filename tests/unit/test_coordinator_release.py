@@ -153,7 +153,8 @@ def _scores(table: Any, world: World) -> dict[str, int]:
     import orjson
 
     encoder = ScoreEncoder(world.cache.nodes.__contains__, lambda: 1000)
-    return {e["Host"]: e["Score"] for e in orjson.loads(encoder.encode(world.names, table))}
+    listed = {e["Host"]: e["Score"] for e in orjson.loads(encoder.encode(world.names, table))}
+    return dict.fromkeys(world.names, 0) | listed  # a node left out scores 0 for kube-scheduler
 
 
 async def test_gang_extras_score_by_topology_distance_from_the_gang() -> None:

@@ -6,6 +6,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.adapters import wire
 from extender.adapters.wire import WireError
@@ -119,11 +121,12 @@ class _Table:
 def test_scores_outside_0_to_10_are_clamped_to_ints(epoch: Any) -> None:
     # A score of 11 used to raise IndexError (HTTP 500); -1 picked the cache of score 10.
     encoder = wire.ScoreEncoder(lambda name: True, lambda: 100)
-    scores = {"a": 11, "b": -1, "c": 5.6, "d": float("nan"), "e": 7, "f": 10**30}
+    scores = {"a": 11, "b": -1, "c": 5.6, "d": float("nan"), "e": 7, "f": 10**30, "g": 5.0}
     table: Any = _Table(scores, epoch)
     doc = json.loads(encoder.encode(list(scores), table))
-    assert [e["Host"] for e in doc] == list(scores)
-    assert {e["Host"]: e["Score"] for e in doc} == {"a": 10, "b": 0, "c": 6, "d": 0, "e": 7, "f": 10}
+    # Clamped to 10, 0, 6, 0, 7, 10, 5; the lowest (0) is left out and taken off the others.
+    assert [e["Host"] for e in doc] == ["a", "c", "e", "f", "g"]
+    assert {e["Host"]: e["Score"] for e in doc} == {"a": 10, "c": 6, "e": 7, "f": 10, "g": 5}
     assert all(type(e["Score"]) is int for e in doc)
 
 
@@ -148,8 +151,8 @@ def test_preemption_result_names_only_requested_nodes_and_victims(caplog: pytest
 
 @pytest.mark.parametrize("epoch", [None, "e1"])
 def test_names_the_cluster_does_not_know_score_0_whatever_they_contain(epoch: Any) -> None:
-    # Encoded in one pass (a 30 MiB list of unknown names took seconds one by one); they come last,
-    # which kube-scheduler does not mind: it reads the answer into a map by host.
+    # They score 0, the lowest, so they are left out (kube-scheduler adds nothing for them): a
+    # 30 MiB list of unknown names costs no entry at all. Nothing is kept for them.
     known_nodes = {"n1": 7, "n2": 3}
     encoder = wire.ScoreEncoder(known_nodes.__contains__, lambda: 100)
     odd = ['b"c', "d\\", "é", 'x\\"y', "", ',","', "\u2028", "\x00\n"]
@@ -157,8 +160,8 @@ def test_names_the_cluster_does_not_know_score_0_whatever_they_contain(epoch: An
     table: Any = _Table(dict(known_nodes), epoch)
     for _ in range(2):  # the second time from cached fragments
         doc = json.loads(encoder.encode(candidates, table))
-        assert sorted(e["Host"] for e in doc) == sorted(candidates)
-        assert {e["Host"]: e["Score"] for e in doc} == {**dict.fromkeys(odd, 0), **known_nodes}
+        assert [(e["Host"], e["Score"]) for e in doc] == [("n1", 7), ("n2", 3), ("n1", 7)]
+    assert all(name in known_nodes for cache in encoder._by_score for name in cache)
 
 
 @pytest.mark.parametrize("mode", ["names", "nodes", "none"])
@@ -177,25 +180,44 @@ def test_rejection_result_is_the_filter_result_rejecting_every_candidate(mode: s
 
 
 @pytest.mark.parametrize("epoch", [None, "e1"])
-def test_no_entries_only_when_every_candidate_scores_the_same_valid_score(epoch: Any) -> None:
-    nodes = {"n1": 3, "n2": 3}
+def test_only_candidates_above_the_lowest_are_written_with_the_lowest_taken_off(epoch: Any) -> None:
+    nodes = {"n1": 7, "n2": 3, "n3": 3}
 
-    def encode(candidates: list[str], scores: dict[str, Any]) -> bytes:
+    def encode(candidates: list[str], scores: dict[str, Any]) -> list[tuple[str, int]]:
         table: Any = _Table(scores, epoch)
-        return wire.ScoreEncoder(nodes.__contains__, lambda: 100).encode(candidates, table)
+        doc = json.loads(wire.ScoreEncoder(nodes.__contains__, lambda: 100).encode(candidates, table))
+        return [(e["Host"], e["Score"]) for e in doc]
 
-    assert encode(["n1", "n2", "n1"], dict(nodes)) == b"[]"
-    # A name the cluster does not know scores 0, so the scores differ and every host is written.
-    doc = json.loads(encode(["n1", "gone", "n2"], dict(nodes)))
-    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 3, "gone": 0, "n2": 3}
-    assert encode(["n1", "gone", "n2"], {"n1": 0, "n2": 0}) == b"[]"  # 0 for every one of them
-    # The same score out of range is clamped and written out, not taken as "no preference".
-    doc = json.loads(encode(["n1", "n2"], {"n1": 11, "n2": 11}))
-    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 10, "n2": 10}
+    assert encode(["n1", "n2", "n3"], nodes) == [("n1", 4)]
+    assert encode(["n2", "n3"], nodes) == []  # every candidate the same: no entries
+    assert encode(["n1", "gone", "n2"], nodes) == [("n1", 7), ("n2", 3)]  # a name it does not know: 0
+    assert encode(["n2", "gone"], nodes | {"gone": 9}) == [("n2", 3)]  # even if the table scores it
+    assert encode(["n1", "n2"], {"n1": 11, "n2": 4}) == [("n1", 6)]  # 11 clamped to 10 first
+    assert encode(["n1", "n2"], {"n1": 12, "n2": 10}) == []  # both 10 once clamped
 
 
 def test_kept_scores_follow_the_table_epoch() -> None:
     encoder = wire.ScoreEncoder(lambda name: True, lambda: 100)
     assert encoder.encode(["n1", "n2"], _Table({"n1": 4, "n2": 4}, "e1")) == b"[]"  # type: ignore[arg-type]
     doc = json.loads(encoder.encode(["n1", "n2"], _Table({"n1": 4, "n2": 9}, "e2")))  # type: ignore[arg-type]
-    assert {e["Host"]: e["Score"] for e in doc} == {"n1": 4, "n2": 9}
+    assert [(e["Host"], e["Score"]) for e in doc] == [("n2", 5)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10), st.integers(0, 400)), min_size=1, max_size=12),
+       st.sampled_from([None, "e1"]))
+def test_the_answer_ranks_every_candidate_as_the_full_list_would(
+        nodes: list[tuple[int, int]], epoch: Any) -> None:
+    # kube-scheduler's total for a node: its plugins' total plus weight x 10 x the extender's score
+    # (0 for a host the answer leaves out). The answer must move every total by the same amount.
+    names = [f"n{i}" for i in range(len(nodes))]
+    scores = {name: score for name, (score, _) in zip(names, nodes, strict=True)}
+    table: Any = _Table(scores, epoch)
+    answered = {e["Host"]: e["Score"] for e in json.loads(
+        wire.ScoreEncoder(scores.__contains__, lambda: 100).encode(names, table))}
+    weight = 5
+    full = [plugins + weight * 10 * score for score, plugins in nodes]
+    short = [plugins + weight * 10 * answered.get(name, 0)
+             for name, (_, plugins) in zip(names, nodes, strict=True)]
+    assert len({f - s for f, s in zip(full, short, strict=True)}) == 1
+    assert all(1 <= score <= 10 for score in answered.values())
