@@ -1,6 +1,7 @@
 """The processes under test: the kube-schedulers the benchmark starts beside Quorum's (the native
-one, and Quorum's profile in members-only mode), CPU and memory of every component from /proc, and
-the metrics that say where the time went."""
+one, Quorum's profile in members-only mode, and Quorum's profile calling an extender that decides
+nothing), CPU and memory of every component from /proc, and the metrics that say where the time
+went."""
 
 from __future__ import annotations
 
@@ -11,21 +12,32 @@ import ssl
 import subprocess
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import orjson
 import yaml
 from cb_kube import CLUSTER_DIR
+
+from extender.cluster.resources import MEMBER_RESOURCE
+
+ROOT = Path(__file__).resolve().parent.parent
 
 NATIVE_PORT = 17260
 NATIVE_NAME = "native-scheduler"  # also in hack/lib/cluster-common.sh, so cluster-down stops it
 MEMBERS_PORT = 17261
 MEMBERS_NAME = "members-scheduler"  # also in hack/lib/cluster-common.sh
 MEMBERS_PROFILE = "quorum-members"
-COMPONENTS = ("quorum", "kube-scheduler", NATIVE_NAME, MEMBERS_NAME, "kube-apiserver", "etcd",
-              "kube-controller-manager", "kwok")
+NULL_PORT = 17262
+NULL_NAME = "null-scheduler"  # also in hack/lib/cluster-common.sh
+NULL_PROFILE = "null-extender"
+NULL_EXTENDER = "null-extender"  # the process (bench/nullextender), also in hack/lib/cluster-common.sh
+NULL_EXTENDER_ADDRESS = "127.0.0.1:17263"
+COMPONENTS = ("quorum", "kube-scheduler", NATIVE_NAME, MEMBERS_NAME, NULL_NAME, NULL_EXTENDER,
+              "kube-apiserver", "etcd", "kube-controller-manager", "kwok")
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 NATIVE_CONFIG = """\
@@ -92,14 +104,51 @@ class Paused:
         os.kill(self.pid, signal.SIGCONT)
 
 
-def members_only_config() -> str:
-    """Quorum's kube-scheduler configuration as cluster-up wrote it, in members-only mode: profile
-    ``quorum-members``, the extender consulted only about pods that request ``quorum.dev/member``."""
+def quorum_config_as(profile: str, edit: Callable[[dict[str, Any]], None]) -> str:
+    """Quorum's kube-scheduler configuration as cluster-up wrote it, under another profile name,
+    with ``edit`` applied to its extender."""
     doc = yaml.safe_load((CLUSTER_DIR / "kube-scheduler.yaml").read_text())
-    doc["profiles"][0]["schedulerName"] = MEMBERS_PROFILE
+    doc["profiles"][0]["schedulerName"] = profile
     for extender in doc["extenders"]:
-        extender["managedResources"] = [{"name": "quorum.dev/member", "ignoredByScheduler": True}]
+        edit(extender)
     return str(yaml.safe_dump(doc, sort_keys=False))
+
+
+def quorum_config_file(directory: Path) -> Path:
+    """Quorum's own configuration, serving the members-only profile as well (the members' bind
+    calls come from that profile; Quorum refuses pods of profiles it does not serve)."""
+    doc = yaml.safe_load((ROOT / "scheduler-config" / "quorum.yaml").read_text())
+    doc["schedulerNames"] = [*doc.get("schedulerNames", ["quorum"]), MEMBERS_PROFILE]
+    path = directory / "quorum.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def _members_only(extender: dict[str, Any]) -> None:
+    """Consulted only about pods that request the member resource."""
+    extender["managedResources"] = [{"name": MEMBER_RESOURCE, "ignoredByScheduler": True}]
+
+
+def _null_extender(extender: dict[str, Any]) -> None:
+    """The same verbs, weight and timeouts, answered by bench/nullextender (no preemption)."""
+    for key in ("preemptVerb", "enableHTTPS", "tlsConfig"):
+        extender.pop(key, None)
+    extender["urlPrefix"] = f"http://{NULL_EXTENDER_ADDRESS}"
+
+
+def _stop(name: str) -> None:
+    """SIGTERM a process started by the benchmark and wait (up to 10 s) until it is gone."""
+    pid = pid_of(name)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            break
+        time.sleep(0.1)
+    (CLUSTER_DIR / "pids" / f"{name}.pid").unlink(missing_ok=True)
 
 
 @dataclass
@@ -133,17 +182,7 @@ class SecondScheduler:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        pid = pid_of(self.name)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(100):
-            try:
-                os.kill(pid, 0)
-            except OSError:
-                break
-            time.sleep(0.1)
-        (CLUSTER_DIR / "pids" / f"{self.name}.pid").unlink(missing_ok=True)
+        _stop(self.name)
 
 
 def native_scheduler(binary: Path, gates: str, percentage: int) -> SecondScheduler:
@@ -155,10 +194,50 @@ def native_scheduler(binary: Path, gates: str, percentage: int) -> SecondSchedul
 
 def members_scheduler(binary: Path) -> SecondScheduler:
     """Quorum's profile in members-only mode, with the gates Quorum's own kube-scheduler runs."""
+    return SecondScheduler(binary, _quorum_scheduler_gates(), MEMBERS_NAME, MEMBERS_PORT,
+                           quorum_config_as(MEMBERS_PROFILE, _members_only))
+
+
+def _quorum_scheduler_gates() -> str:
     pid = pid_of("kube-scheduler")
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0") if pid else []
-    gates = argv[argv.index("--feature-gates") + 1] if "--feature-gates" in argv[:-1] else ""
-    return SecondScheduler(binary, gates, MEMBERS_NAME, MEMBERS_PORT, members_only_config())
+    return argv[argv.index("--feature-gates") + 1] if "--feature-gates" in argv[:-1] else ""
+
+
+def null_scheduler(binary: Path) -> SecondScheduler:
+    """Quorum's profile, gates and extender settings, its extender replaced by one that decides
+    nothing: what the protocol costs a plain pod, with no extender work in it."""
+    return SecondScheduler(binary, _quorum_scheduler_gates(), NULL_NAME, NULL_PORT,
+                           quorum_config_as(NULL_PROFILE, _null_extender))
+
+
+class NullExtender:
+    """bench/nullextender, built with the Go toolchain on first use, binding as the cluster admin."""
+
+    def start(self) -> None:
+        _stop(NULL_EXTENDER)
+        binary = ROOT / ".cache" / "bin" / "null-extender"
+        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=ROOT / "bench" / "nullextender",
+                       check=True)
+        port = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+        log = open(CLUSTER_DIR / "logs" / f"{NULL_EXTENDER}.log", "ab")
+        proc = subprocess.Popen(
+            [str(binary), "--listen", NULL_EXTENDER_ADDRESS, "--apiserver", port, "--cert",
+             str(CLUSTER_DIR / "pki" / "admin.crt"), "--key", str(CLUSTER_DIR / "pki" / "admin.key")],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        (CLUSTER_DIR / "pids" / f"{NULL_EXTENDER}.pid").write_text(str(proc.pid))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://{NULL_EXTENDER_ADDRESS}/healthz", timeout=2):
+                    return
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{NULL_EXTENDER} did not start; see {log.name}") from None
+                time.sleep(0.3)
+
+    def stop(self) -> None:
+        _stop(NULL_EXTENDER)
 
 
 def _scheduler_metrics(port: int) -> str | None:
@@ -208,6 +287,15 @@ QUORUM_SERIES = {
     "bind_calls": 'quorum_request_duration_seconds_count{verb="bind"',
     "bind_seconds": 'quorum_request_duration_seconds_sum{verb="bind"',
     "placements": "quorum_placements_total",
+    "releases": "quorum_reservation_releases_total",
+    "releases_replan": 'quorum_reservation_releases_total{reason="replan"',
+    "releases_node_changed": 'quorum_reservation_releases_total{reason="node-changed"',
+    "claims": "quorum_claims_total",
+    "gang_bind_seconds": "quorum_gang_bind_seconds_sum",
+    "gang_binds": "quorum_gang_bind_seconds_count",
+    "loop_lag_seconds": "quorum_event_loop_lag_seconds_sum",
+    "loop_lag_samples": "quorum_event_loop_lag_seconds_count",
+    "loop_lag_within_100ms": 'quorum_event_loop_lag_seconds_bucket{le="0.1"',
 }
 SCHEDULER_SERIES = {
     "attempts": "scheduler_schedule_attempts_total",
@@ -221,7 +309,8 @@ def metrics_snapshot() -> dict[str, dict[str, float]]:
     return {"quorum": _sum_series(_quorum_metrics(), QUORUM_SERIES),
             "kube-scheduler": _sum_series(_scheduler_metrics(17259), SCHEDULER_SERIES),
             NATIVE_NAME: _sum_series(_scheduler_metrics(NATIVE_PORT), SCHEDULER_SERIES),
-            MEMBERS_NAME: _sum_series(_scheduler_metrics(MEMBERS_PORT), SCHEDULER_SERIES)}
+            MEMBERS_NAME: _sum_series(_scheduler_metrics(MEMBERS_PORT), SCHEDULER_SERIES),
+            NULL_NAME: _sum_series(_scheduler_metrics(NULL_PORT), SCHEDULER_SERIES)}
 
 
 def audit_offset() -> int:
@@ -236,13 +325,16 @@ def _epoch(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
 
-def audit_since(offset: int, namespace: str) -> tuple[dict[str, int], dict[str, float]]:
+def audit_since(offset: int, namespace: str
+                ) -> tuple[dict[str, int], dict[str, float], dict[str, float]]:
     """From ``offset`` of the apiserver's audit log (hack/cluster-up.sh audits Quorum's requests
     and every binding): Quorum's writes by verb and resource (what it really sent, not what it
-    meant to), and when the apiserver completed each binding of a pod of ``namespace``."""
+    meant to), when the apiserver completed each binding of a pod of ``namespace``, and when it
+    received it (the spread of the latter is the client's, the rest the apiserver's)."""
     path = CLUSTER_DIR / "logs" / "audit.log"
     writes: dict[str, int] = {}
     binds: dict[str, float] = {}
+    received: dict[str, float] = {}
     with open(path, "rb") as f:
         f.seek(offset if path.stat().st_size >= offset else 0)  # rotated: read the new file
         for line in f:
@@ -251,13 +343,14 @@ def audit_since(offset: int, namespace: str) -> tuple[dict[str, int], dict[str, 
             if ref.get("subresource") == "binding" and ref.get("namespace") == namespace \
                     and event.get("responseStatus", {}).get("code") in (200, 201):
                 binds[ref.get("name", "")] = _epoch(event["stageTimestamp"])
+                received[ref.get("name", "")] = _epoch(event["requestReceivedTimestamp"])
             if event.get("user", {}).get("username") != QUORUM_USER or event.get("verb") in ("get", "list",
                                                                                                 "watch"):
                 continue
             sub = ref.get("subresource")
             key = f"{event.get('verb')} {ref.get('resource', '?')}" + (f"/{sub}" if sub else "")
             writes[key] = writes.get(key, 0) + 1
-    return writes, binds
+    return writes, binds, received
 
 
 def start_profiler(directory: Path, name: str) -> subprocess.Popen[bytes]:

@@ -9,7 +9,9 @@ from typing import Any
 from cb_workloads import GANG_LABEL
 
 SCHEDULING = {"Q": ("quorum", "kube-scheduler"), "Vq": ("quorum", "kube-scheduler"),
-              "Vm": ("quorum", "members-scheduler"), "N": ("native-scheduler",), "V": ("native-scheduler",)}
+              "Vm": ("quorum", "members-scheduler"), "N": ("native-scheduler",), "V": ("native-scheduler",),
+              "Vz": ("null-extender", "null-scheduler"), "Mq": ("quorum", "kube-scheduler"),
+              "Mm": ("quorum", "members-scheduler")}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -35,6 +37,32 @@ def completed_gangs(finished_at: dict[str, float], labels: dict[str, dict[str, s
     for name in finished_at:
         done[labels.get(name, {}).get(GANG_LABEL, "")] += 1
     return sum(1 for gang, size in sizes.items() if done.get(gang, 0) >= size)
+
+
+def gang_bound_times(bound_at: dict[str, float], labels: dict[str, dict[str, str]],
+                     sizes: dict[str, int]) -> list[float]:
+    """When each gang had all its members bound (its last bind), for the gangs that did."""
+    by_gang: dict[str, list[float]] = defaultdict(list)
+    for name, at in bound_at.items():
+        by_gang[labels.get(name, {}).get(GANG_LABEL, "")].append(at)
+    return [max(by_gang[gang]) for gang, size in sizes.items() if len(by_gang.get(gang, ())) >= size]
+
+
+def overcommitted_nodes(bound_at: dict[str, float], finished_at: dict[str, float], node_of: dict[str, str],
+                        per_pod: int, capacity: int) -> int:
+    """Nodes that at some moment ran pods asking for more than ``capacity`` of a resource each pod
+    asks ``per_pod`` of. The watch delivers events in the apiserver's order, so a pod that finished
+    before another was bound in its place is seen finishing first (ties: finishes first)."""
+    events = sorted([(at, 1, name) for name, at in bound_at.items()]
+                    + [(at, 0, name) for name, at in finished_at.items() if name in bound_at])
+    used: dict[str, int] = defaultdict(int)
+    over: set[str] = set()
+    for _, is_bind, name in events:
+        node = node_of[name]
+        used[node] += per_pod if is_bind else -per_pod
+        if used[node] > capacity:
+            over.add(node)
+    return len(over)
 
 
 def per_pod_ms(cpu: dict[str, float], pods: int, names: tuple[str, ...] | None = None) -> float:
@@ -96,3 +124,30 @@ def _pair(runs: list[dict[str, Any]], first: str, second: str) -> str:
     if not a:
         return "-"
     return f"{statistics.median(a):.0f} / {statistics.median(b):.0f}"
+
+
+MIXED_COLUMNS = (("gangs_bound", "{:.0f}"), ("gang_bound_p50_s", "{:.1f}"), ("gang_bound_last_s", "{:.1f}"),
+                 ("plain_bound_p50_s", "{:.1f}"), ("plain_bound_last_s", "{:.1f}"),
+                 ("gangs_per_minute", "{:.1f}"),
+                 ("overcommitted_nodes", "{:.0f}"), ("releases", "{:.0f}"), ("releases_replan", "{:.0f}"),
+                 ("releases_node_changed", "{:.0f}"))
+
+
+def mixed_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Gangs and plain pods on one cluster (W6): when the gangs and the plain pods were bound
+    (seconds from the start, median and last), and how often Quorum had to drop a reservation."""
+    by: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        if row.get("gang_bound_p50_s") is not None:
+            quorum = row.get("metrics", {}).get("quorum", {})
+            by[row["config"]].append({**row, **{k: quorum.get(k) for k in
+                                                ("releases", "releases_replan", "releases_node_changed")}})
+    if not by:
+        return []
+    out = ["| config | runs | gangs bound | gang bound p50 s | last gang s | plain p50 s | last plain s | "
+           "gangs/min | overcommitted nodes | releases | of which replan | node changed |",
+           "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    for config, runs in by.items():
+        cells = [config, str(len(runs))] + [_spread(runs, key, fmt) for key, fmt in MIXED_COLUMNS]
+        out.append("| " + " | ".join(cells) + " |")
+    return out

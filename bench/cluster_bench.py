@@ -7,11 +7,17 @@ Configurations (all on one cluster, one at a time):
   Vq  plain pods under Quorum's profile
   Vm  plain pods under Quorum's profile in members-only mode (a third kube-scheduler, profile
       quorum-members, consulting Quorum only about pods that request quorum.dev/member)
+  Vz  plain pods under a fourth kube-scheduler whose extender (bench/nullextender, Go) decides
+      nothing: filter passes every node, prioritize prefers none, bind binds. The protocol's floor
   V   plain pods under the native scheduler
+  Mq  gangs and plain pods together under Quorum's profile
+  Mm  the same under members-only mode (gang members request quorum.dev/member)
 Workloads:
   W1  gangs of 16 (``--pods`` pods)          W2  the same, each gang in one rack (required)
   W3  plain pods                             W4  one gang of 256, scheduler running
   W5  mixed gang sizes, whole-node pods that complete after 20 s, 2x the cluster: gangs per minute
+  W6  gangs of 16 and as many plain pods between them, half-node pods that complete after 20 s,
+      1.5x the cluster: what gangs lose when plain pods no longer see Quorum's reservations
 
 The scheduler under test is paused (SIGSTOP) while the pods are created and resumed once they all
 exist, so throughput is timed from that moment, apart from creation (reported on its own). A
@@ -41,12 +47,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cb_procs
 from cb_kube import Apiserver, BindWatch
-from cb_report import SCHEDULING, completed_gangs, gang_skews, per_pod_ms, percentile, summarize
-from cb_workloads import PODGROUP_PATH, SCHEDULER_OF, Workload, run_objects, workloads
+from cb_report import (
+    SCHEDULING,
+    completed_gangs,
+    gang_bound_times,
+    gang_skews,
+    mixed_table,
+    overcommitted_nodes,
+    per_pod_ms,
+    percentile,
+    summarize,
+)
+from cb_workloads import (
+    GANG_LABEL,
+    GPU,
+    GPUS_PER_NODE,
+    PODGROUP_PATH,
+    SCHEDULER_OF,
+    Workload,
+    run_objects,
+    workloads,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER_PROCESS = {"quorum": "kube-scheduler", "native": cb_procs.NATIVE_NAME,
-                     cb_procs.MEMBERS_PROFILE: cb_procs.MEMBERS_NAME}
+                     cb_procs.MEMBERS_PROFILE: cb_procs.MEMBERS_NAME,
+                     cb_procs.NULL_PROFILE: cb_procs.NULL_NAME}
+
+
+QUORUM_CONFIGS = ("Q", "Vq", "Vm", "Mq", "Mm")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -59,7 +88,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--nodes-per-rack", type=int, default=20)
     p.add_argument("--pods", type=int, default=4000, help="pods in W1, W2 and W3 (gangs of 16)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of every pair of configurations")
-    p.add_argument("--workloads", default="W1,W2,W3,W4,W5", help="comma-separated subset of W1..W5")
+    p.add_argument("--workloads", default="W1,W2,W3,W4,W5,W6", help="comma-separated subset of W1..W6")
     p.add_argument("--native-percentage", type=int, default=100,
                    help="percentageOfNodesToScore of the native scheduler (Quorum's profile uses 100)")
     p.add_argument("--profile-quorum", type=Path, default=None, metavar="DIR",
@@ -117,7 +146,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
     sizes = {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups}
     if work.complete_after:
         finished = await watch.until(
-            lambda: completed_gangs(watch.finished_at, watch.labels, sizes) == len(sizes), work.timeout)
+            lambda: completed_gangs(watch.finished_at, watch.labels, sizes) == len(sizes)
+            and len(watch.finished_at) >= want, work.timeout)
     else:
         finished = await watch.until(lambda: len(watch.bound_at) >= want, work.timeout)
     ended = time.monotonic()
@@ -126,16 +156,17 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
     await asyncio.sleep(1)  # binds in flight reach the counters
     cpu = {k: v - before_cpu.get(k, 0.0) for k, v in cb_procs.cpu_by_component().items()}
     after_metrics = cb_procs.metrics_snapshot()
-    writes, bind_times = cb_procs.audit_since(audit, namespace)
+    writes, bind_times, received = cb_procs.audit_since(audit, namespace)
     await watch.stop()
     row = measure(work, config, rep, watch, bind_times, started, last_created, ended, finished, sizes)
+    row.update(_received_skews(received, watch.labels))
     bound = len(watch.bound_at) or 1
     quorum_pid = cb_procs.pid_of("quorum")
     row.update({
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
-        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in ("Q", "Vq", "Vm") else None,
+        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in QUORUM_CONFIGS else None,
         "system_cpu_ms_per_pod": per_pod_ms(cpu, bound),
         "metrics": {proc: {k: round(v - before_metrics[proc].get(k, 0.0), 3) for k, v in series.items()}
                     for proc, series in after_metrics.items()},
@@ -164,13 +195,31 @@ def measure(work: Workload, config: str, rep: int, watch: BindWatch, bind_times:
         "last_to_all_bound_s": round(times[-1] - last_created, 3) if times and not work.paused else None,
         "skew_p50_ms": round(1000 * percentile(skews, 50), 1) if skews else None,
         "skew_p99_ms": round(1000 * percentile(skews, 99), 1) if skews else None,
+        "skew_max_ms": round(1000 * max(skews), 1) if skews else None,
         "watch_skew_p50_ms": round(1000 * percentile(seen_skews, 50), 1) if seen_skews else None,
         "audited_binds": len(bind_times),
     }
     if work.complete_after:
         done = completed_gangs(watch.finished_at, watch.labels, sizes)
         row.update(gangs_completed=done, gangs_per_minute=round(60 * done / (ended - started), 1))
+    if work.gang_sizes and work.plain_pods:
+        gangs = sorted(t - started for t in gang_bound_times(watch.bound_at, watch.labels, sizes))
+        plain = sorted(t - started for n, t in watch.bound_at.items() if not watch.labels[n].get(GANG_LABEL))
+        row.update(gangs_bound=len(gangs), plain_bound=len(plain),
+                   gang_bound_p50_s=round(percentile(gangs, 50), 2) if gangs else None,
+                   gang_bound_last_s=round(gangs[-1], 2) if gangs else None,
+                   plain_bound_p50_s=round(percentile(plain, 50), 2) if plain else None,
+                   plain_bound_last_s=round(plain[-1], 2) if plain else None,
+                   overcommitted_nodes=overcommitted_nodes(watch.bound_at, watch.finished_at, watch.node_of,
+                                                           int(work.requests.get(GPU, "0")), GPUS_PER_NODE))
     return row
+
+
+def _received_skews(received: dict[str, float], labels: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """Bind skew as the apiserver received the bindings: what the binder's side adds to the skew."""
+    skews = gang_skews(received, labels)
+    return {"received_skew_p50_ms": round(1000 * percentile(skews, 50), 1) if skews else None,
+            "received_skew_max_ms": round(1000 * max(skews), 1) if skews else None}
 
 
 async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -197,11 +246,13 @@ def main(argv: list[str] | None = None) -> int:
     version = k8s_version()
     if args.start_cluster:
         subprocess.run([str(ROOT / "hack" / "cluster-up.sh"), "--blocks", str(args.blocks), "--racks",
-                        str(args.racks), "--nodes", str(args.nodes_per_rack)], check=True)
+                        str(args.racks), "--nodes", str(args.nodes_per_rack)], check=True,
+                       env={**os.environ, "QUORUM_CONFIG": str(cb_procs.quorum_config_file(args.out.parent))})
     binary = ROOT / ".cache" / "bin" / version / "kube-scheduler"
     native_gates = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
-    schedulers = [cb_procs.native_scheduler(binary, native_gates, args.native_percentage),
-                  cb_procs.members_scheduler(binary)]
+    schedulers: list[cb_procs.SecondScheduler | cb_procs.NullExtender] = [
+        cb_procs.native_scheduler(binary, native_gates, args.native_percentage),
+        cb_procs.members_scheduler(binary), cb_procs.NullExtender(), cb_procs.null_scheduler(binary)]
     try:
         for scheduler in schedulers:
             scheduler.start()
@@ -217,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nKubernetes {version}, commit {commit}, {os.cpu_count()} CPUs, {nodes} nodes, "
           f"{args.reps} reps; figures in {args.out}\n")
     print("\n".join(summarize(rows)))
+    print("\n".join(["", *mixed_table(rows)]))
     if args.profile_quorum is not None:
         for path in sorted(args.profile_quorum.glob("*.txt")):
             print("\n" + "\n".join(cb_procs.profile_summary(path)))

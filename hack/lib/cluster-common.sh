@@ -21,9 +21,11 @@ SCHEDULER_PORT="${SCHEDULER_PORT:-17259}"
 QUORUM_PORT="${QUORUM_PORT:-8888}"
 
 # Components in start order; stopped in reverse.
-# native-scheduler, members-scheduler: the kube-schedulers bench/cluster_bench.py starts, if still running.
+# native-scheduler, members-scheduler, null-scheduler (and its null-extender): what
+# bench/cluster_bench.py starts, if still running.
 # cluster-autoscaler (cluster-up --autoscaler) stops first: on SIGTERM it deletes its nodes.
-COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler members-scheduler kwok quorum
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler native-scheduler members-scheduler
+            null-extender null-scheduler kwok quorum
             cluster-autoscaler jobset kueue)
 # Kueue runs in a container (hack/lib/kueue.sh): removed even if its podman process was killed.
 KUEUE_CONTAINER="quorum-kueue-${KUEUE_WEBHOOK_PORT:-19543}"

@@ -1,0 +1,3 @@
+module quorum.dev/bench/nullextender
+
+go 1.22
