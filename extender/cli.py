@@ -17,6 +17,7 @@ from .adapters import status
 from .adapters.informer import Informer
 from .adapters.kube import Credentials, KubeClient, load_credentials
 from .adapters.kueue_topology import read_levels
+from .adapters.loop_lag import sample_loop_lag
 from .adapters.server import build_app
 from .adapters.tls import Reloader
 from .adapters.token import TokenFile, TokenRequester, token_requester
@@ -109,12 +110,13 @@ def build(config: cfg.Config) -> web.Application:
         ops_runner = await serve_plain(ops, ops_host, config.metrics_port) if ops is not None else None
         reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
         tokens = asyncio.ensure_future(tokens_upkeep.run(next_token)) if tokens_upkeep is not None else None
+        lag = asyncio.ensure_future(sample_loop_lag(metrics.loop_lag.observe))
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),
                                    "metricsPort": config.metrics_port or config.port,
                                    "levels": [lvl.name for lvl in config.levels]})
         yield
-        for task in (reloads, tokens):
+        for task in (reloads, tokens, lag):
             if task is not None:
                 task.cancel()
         if ops_runner is not None:

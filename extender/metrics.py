@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30)
 _WAIT_BUCKETS = (0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
 
 class _StateCollector(Collector):
@@ -51,6 +52,20 @@ class Metrics:
             "quorum_gang_wait_seconds",
             "Time from a gang being first seen to its quorum being bound.",
             buckets=_WAIT_BUCKETS,
+            registry=r,
+        )
+        self.gang_binds = Histogram(
+            "quorum_gang_bind_seconds",
+            "From a gang's quorum to the apiserver's last answer to the bindings sent for it: "
+            "the upper bound of its bind skew that Quorum sees.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.loop_lag = Histogram(
+            "quorum_event_loop_lag_seconds",
+            "How late the event loop ran a timer that was due (sampled every 0.25 s): while it is "
+            "late, no request is answered and no binding is sent.",
+            buckets=_LAG_BUCKETS,
             registry=r,
         )
         self.binds = Counter(

@@ -207,6 +207,7 @@ class Binder:
 
     async def _bind_all(self, state: GangState, held: list[HeldBind], counted: bool) -> None:
         core = self.core
+        started = core.clock()
         try:
             results = await asyncio.gather(
                 *(core.actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in held),
@@ -215,6 +216,7 @@ class Binder:
         finally:
             if counted:
                 state.binds_in_flight -= len(held)
+        core.metrics.gang_binds.observe(max(0.0, core.clock() - started))
         for h, result in zip(held, results, strict=True):
             if isinstance(result, BaseException):
                 core.ledger.clear_inflight(h.pod.uid)

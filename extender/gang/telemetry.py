@@ -37,6 +37,8 @@ class GangMetrics(Protocol):
     @property
     def gang_wait(self) -> Observations: ...
     @property
+    def gang_binds(self) -> Observations: ...  # quorum to the last binding answered
+    @property
     def placements(self) -> LabelledCounts: ...  # by result
     @property
     def reservation_timeouts(self) -> Counts: ...

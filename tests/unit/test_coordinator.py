@@ -330,6 +330,7 @@ async def test_binds_are_held_until_quorum_then_all_bound_together() -> None:
     assert sorted(world.actions.bound) == sorted(nodes.items())
     assert world.sample("quorum_binds_total", outcome="success") == 3
     assert world.sample("quorum_gang_wait_seconds_count") == 1
+    assert world.sample("quorum_gang_bind_seconds_count") == 1  # one gang's bindings, timed once
     assert world.coordinator.reserved_count()[""] == 0
 
 
