@@ -147,6 +147,21 @@ def api_message(status: int, body: bytes) -> str:
     return f"HTTP {status}: {body[:200].decode(errors='replace')}"
 
 
+def refusal_causes(body: bytes) -> str:
+    """What the causes of a refused eviction say (the budget is named there when the apiserver
+    names it); empty when the answer carries none or is not a Status document."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    details = doc.get("details") if isinstance(doc, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    if not isinstance(causes, list):
+        return ""
+    said = [str(c.get("message") or c.get("reason") or "") for c in causes if isinstance(c, dict)]
+    return "; ".join(s for s in said if s)
+
+
 def _object_key(home: GangHome) -> str:
     """Which object, in logs and in the per-object write order: a CompositePodGroup may share its
     name with a PodGroup."""

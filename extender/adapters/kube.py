@@ -29,13 +29,19 @@ from ..gang.core import EvictionFailed
 from ..gang.effects import GangCondition, ObjectRef
 from ..metrics import Metrics
 from .events import EventRecorder
-from .gang_writes import GangWrites, api_message
+from .gang_writes import GangWrites, api_message, refusal_causes
 from .scale_up_writes import ScaleUpWrites
 from .token import IN_CLUSTER_TOKEN
 
 log = logging.getLogger(__name__)
 
 _WRITE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+# Writes in flight at once besides bindings (Events, PodGroup status, nudges, ...). Without a cap
+# a burst of gangs opened one connection (one TLS handshake) per write, nearly 200 at once.
+_BACKGROUND_WRITES = 16
+# Bindings keep their connections longer than aiohttp's 15 s, so that a gang binding after a quiet
+# spell finds them open.
+_BIND_KEEPALIVE_SECONDS = 120.0
 
 
 class ApiError(Exception):
@@ -106,13 +112,16 @@ def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
 
 
 class KubeClient:
-    def __init__(self, credentials: Credentials, qps_burst: int = 200, metrics: Metrics | None = None,
+    def __init__(self, credentials: Credentials, background_writes: int = _BACKGROUND_WRITES,
+                 metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
-        """``metrics`` (optional) counts Events by result; ``clock`` (intervals) and ``wall``
-        (timestamps written) are injectable for tests."""
+        """``background_writes`` caps the writes in flight besides bindings; ``metrics`` (optional)
+        counts Events by result; ``clock`` (intervals) and ``wall`` (timestamps written) are
+        injectable for tests."""
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
-        self._requeue_limit = asyncio.Semaphore(qps_burst)
+        self._bind_session: aiohttp.ClientSession | None = None
+        self._write_limit = asyncio.Semaphore(background_writes)
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
         self.gang_writes = GangWrites(self.write, wall)
@@ -120,25 +129,38 @@ class KubeClient:
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """Lists, watches and every write but bindings."""
         if self._session is None:
             connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context, limit=200)
-            self._session = aiohttp.ClientSession(
-                base_url=None, connector=connector, headers=self.credentials.headers,
-                json_serialize=lambda o: orjson.dumps(o).decode(),
-            )
+            self._session = self._new_session(connector)
         return self._session
+
+    @property
+    def bind_session(self) -> aiohttp.ClientSession:
+        """Bindings only, on connections of their own: a gang's bindings never wait for a
+        connection behind Quorum's other requests, and rarely for a new one."""
+        if self._bind_session is None:
+            self._bind_session = self._new_session(aiohttp.TCPConnector(
+                ssl=self.credentials.ssl_context, limit=0, keepalive_timeout=_BIND_KEEPALIVE_SECONDS))
+        return self._bind_session
+
+    def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(base_url=None, connector=connector, headers=self.credentials.headers,
+                                     json_serialize=lambda o: orjson.dumps(o).decode())
 
     def set_token(self, token: str) -> None:
         """Send ``token`` from now on (a rotated ServiceAccount token); open watches keep theirs."""
         self.credentials.headers["Authorization"] = f"Bearer {token}"
-        if self._session is not None:
-            self._session.headers["Authorization"] = f"Bearer {token}"
+        for session in (self._session, self._bind_session):
+            if session is not None:
+                session.headers["Authorization"] = f"Bearer {token}"
 
     async def close(self) -> None:
         await self.events.close()  # before the session: its last writes need it
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._bind_session):
+            if session is not None:
+                await session.close()
+        self._session = self._bind_session = None
 
     def _url(self, path: str) -> str:
         return self.credentials.host + path
@@ -216,8 +238,8 @@ class KubeClient:
             body["metadata"]["uid"] = uid
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
         try:
-            async with self.session.post(self._url(path), data=orjson.dumps(body),
-                                         headers={"Content-Type": "application/json"}) as resp:
+            async with self.bind_session.post(self._url(path), data=orjson.dumps(body),
+                                              headers={"Content-Type": "application/json"}) as resp:
                 if resp.status in (200, 201):
                     return
                 text = await resp.read()
@@ -238,7 +260,7 @@ class KubeClient:
         raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
 
     async def _get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        async with self.session.get(self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
+        async with self.bind_session.get(self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
             if resp.status != 200:
                 return None
             result: dict[str, Any] = orjson.loads(await resp.read())
@@ -254,7 +276,7 @@ class KubeClient:
         patch = orjson.dumps({"metadata": {"annotations": {ANNOTATION_REQUEUE: stamp}}})
 
         async def one(pod: PodRecord) -> None:
-            async with self._requeue_limit:
+            async with self._write_limit:
                 path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
                 try:
                     async with self.session.patch(
@@ -272,8 +294,9 @@ class KubeClient:
     async def write(self, method: str, path: str, body: bytes, content_type: str) -> tuple[int, bytes]:
         """One write request: its status and body. Transport errors raise (aiohttp.ClientError,
         TimeoutError); what a status means is the caller's business."""
-        async with self.session.request(method, self._url(path), data=body, timeout=_WRITE_TIMEOUT,
-                                        headers={"Content-Type": content_type}) as resp:
+        async with self._write_limit, self.session.request(
+                method, self._url(path), data=body, timeout=_WRITE_TIMEOUT,
+                headers={"Content-Type": content_type}) as resp:
             return resp.status, await resp.read()
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
@@ -337,7 +360,6 @@ class KubeClient:
                         extra={"pod": f"{namespace}/{name}", "error": api_message(status, text)})
         return status == 200
 
-
     # ---------------------------------------------------------------- writes of the two parts
     async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         await self.gang_writes.set_gang_conditions(home, conditions)
@@ -360,21 +382,6 @@ class KubeClient:
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
         return await self.scale_up_writes.delete_scale_up(namespace, name)
-
-
-def refusal_causes(body: bytes) -> str:
-    """What the causes of a refused eviction say (the budget is named there when the apiserver
-    names it); empty when the answer carries none or is not a Status document."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    details = doc.get("details") if isinstance(doc, dict) else None
-    causes = details.get("causes") if isinstance(details, dict) else None
-    if not isinstance(causes, list):
-        return ""
-    said = [str(c.get("message") or c.get("reason") or "") for c in causes if isinstance(c, dict)]
-    return "; ".join(s for s in said if s)
 
 
 def _said(exc: BaseException) -> str:

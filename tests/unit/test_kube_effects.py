@@ -143,6 +143,41 @@ async def test_a_binding_that_fails_without_a_message_names_the_error(
     assert str(failure.value) == "binding ml/trainer-0 to node-a failed: TimeoutError"
 
 
+async def test_a_binding_is_sent_while_every_other_connection_is_taken(kube: KubeWorld) -> None:
+    """Bindings have connections of their own: 200 long requests fill the pool of everything else
+    (aiohttp's limit), and a binding sent meanwhile is still answered at once."""
+    held = 200
+    kube.api.slow = [60.0] * held
+    url = kube.client.credentials.host + "/api/v1/namespaces/ml/pods"
+
+    async def long_request() -> None:
+        async with kube.client.session.get(url) as resp:
+            await resp.read()
+
+    others = [asyncio.create_task(long_request()) for _ in range(held)]
+    try:
+        for _ in range(500):
+            if kube.api.in_flight == held:
+                break
+            await asyncio.sleep(0.01)
+        assert kube.api.in_flight == held
+        await asyncio.wait_for(kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a"), 20)
+        assert kube.api.to("POST", BINDING)
+    finally:
+        for task in others:
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
+
+
+async def test_background_writes_are_capped_in_flight(kube: KubeWorld) -> None:
+    """A burst of writes (Events, PodGroup status, annotations) goes out at most 16 at a time: each
+    in-flight write is a connection, and a burst of gangs once opened nearly 200 at once."""
+    kube.api.slow = [0.05] * 60
+    written = await asyncio.gather(*(kube.client.annotate_pod("ml", f"p{i}", {"a": "b"}) for i in range(60)))
+    assert all(written) and len(kube.api.to("PATCH", "/api/v1/namespaces/ml/pods/")) == 60
+    assert kube.api.most_in_flight == 16
+
+
 # --------------------------------------------------------------------------- PodGroup conditions
 
 
