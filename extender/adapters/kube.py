@@ -141,7 +141,7 @@ class KubeClient:
         connection behind Quorum's other requests, and rarely for a new one."""
         if self._bind_session is None:
             self._bind_session = self._new_session(aiohttp.TCPConnector(
-                ssl=self.credentials.ssl_context, limit=0, keepalive_timeout=_BIND_KEEPALIVE_SECONDS))
+                ssl=self.credentials.ssl_context, limit=100, keepalive_timeout=_BIND_KEEPALIVE_SECONDS))
         return self._bind_session
 
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
