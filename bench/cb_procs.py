@@ -219,10 +219,11 @@ class NullExtender:
         binary = ROOT / ".cache" / "bin" / "null-extender"
         subprocess.run(["go", "build", "-o", str(binary), "."], cwd=ROOT / "bench" / "nullextender",
                        check=True)
-        port = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())["clusters"][0]["cluster"]["server"]
+        kubeconfig = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())
+        apiserver = kubeconfig["clusters"][0]["cluster"]["server"]
         log = open(CLUSTER_DIR / "logs" / f"{NULL_EXTENDER}.log", "ab")
         proc = subprocess.Popen(
-            [str(binary), "--listen", NULL_EXTENDER_ADDRESS, "--apiserver", port, "--cert",
+            [str(binary), "--listen", NULL_EXTENDER_ADDRESS, "--apiserver", apiserver, "--cert",
              str(CLUSTER_DIR / "pki" / "admin.crt"), "--key", str(CLUSTER_DIR / "pki" / "admin.key")],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         (CLUSTER_DIR / "pids" / f"{NULL_EXTENDER}.pid").write_text(str(proc.pid))

@@ -8,6 +8,8 @@ from typing import Any
 
 from cb_workloads import GANG_LABEL
 
+# The processes that schedule each configuration's pods, the kube-scheduler last (the one paused
+# while a run's pods are created).
 SCHEDULING = {"Q": ("quorum", "kube-scheduler"), "Vq": ("quorum", "kube-scheduler"),
               "Vm": ("quorum", "members-scheduler"), "N": ("native-scheduler",), "V": ("native-scheduler",),
               "Vz": ("null-extender", "null-scheduler"), "Mq": ("quorum", "kube-scheduler"),
@@ -21,14 +23,19 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
-def gang_skews(bound_at: dict[str, float], labels: dict[str, dict[str, str]]) -> list[float]:
-    """First to last bind within each gang whose members all bound (seconds)."""
+def times_by_gang(times: dict[str, float], labels: dict[str, dict[str, str]]) -> dict[str, list[float]]:
+    """Each gang's members' times (pods of no gang left out)."""
     by_gang: dict[str, list[float]] = defaultdict(list)
-    for name, at in bound_at.items():
+    for name, at in times.items():
         gang = labels.get(name, {}).get(GANG_LABEL, "")
         if gang:
             by_gang[gang].append(at)
-    return [max(times) - min(times) for times in by_gang.values() if len(times) > 1]
+    return by_gang
+
+
+def gang_skews(bound_at: dict[str, float], labels: dict[str, dict[str, str]]) -> list[float]:
+    """First to last bind within each gang whose members all bound (seconds)."""
+    return [max(times) - min(times) for times in times_by_gang(bound_at, labels).values() if len(times) > 1]
 
 
 def completed_gangs(finished_at: dict[str, float], labels: dict[str, dict[str, str]],
@@ -42,9 +49,7 @@ def completed_gangs(finished_at: dict[str, float], labels: dict[str, dict[str, s
 def gang_bound_times(bound_at: dict[str, float], labels: dict[str, dict[str, str]],
                      sizes: dict[str, int]) -> list[float]:
     """When each gang had all its members bound (its last bind), for the gangs that did."""
-    by_gang: dict[str, list[float]] = defaultdict(list)
-    for name, at in bound_at.items():
-        by_gang[labels.get(name, {}).get(GANG_LABEL, "")].append(at)
+    by_gang = times_by_gang(bound_at, labels)
     return [max(by_gang[gang]) for gang, size in sizes.items() if len(by_gang.get(gang, ())) >= size]
 
 

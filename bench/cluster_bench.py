@@ -63,19 +63,12 @@ from cb_workloads import (
     GPU,
     GPUS_PER_NODE,
     PODGROUP_PATH,
-    SCHEDULER_OF,
     Workload,
     run_objects,
     workloads,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-SCHEDULER_PROCESS = {"quorum": "kube-scheduler", "native": cb_procs.NATIVE_NAME,
-                     cb_procs.MEMBERS_PROFILE: cb_procs.MEMBERS_NAME,
-                     cb_procs.NULL_PROFILE: cb_procs.NULL_NAME}
-
-
-QUORUM_CONFIGS = ("Q", "Vq", "Vm", "Mq", "Mm")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -130,7 +123,7 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
     before_cpu, before_metrics, audit = cb_procs.cpu_by_component(), cb_procs.metrics_snapshot(), 0
     started, pods_path = time.monotonic(), f"/api/v1/namespaces/{namespace}/pods"
     if work.paused:
-        with cb_procs.Paused(SCHEDULER_PROCESS[SCHEDULER_OF[config]]):
+        with cb_procs.Paused(SCHEDULING[config][-1]):  # the kube-scheduler comes last
             creation = await api.each(pods, lambda p: api.create(pods_path, p))
             await asyncio.sleep(2)  # Quorum's watch has them all
             # (The metrics were read before: a paused scheduler does not answer.)
@@ -166,7 +159,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
-        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",)) if config in QUORUM_CONFIGS else None,
+        "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",))
+        if "quorum" in SCHEDULING[config] else None,
         "system_cpu_ms_per_pod": per_pod_ms(cpu, bound),
         "metrics": {proc: {k: round(v - before_metrics[proc].get(k, 0.0), 3) for k, v in series.items()}
                     for proc, series in after_metrics.items()},
