@@ -3,7 +3,8 @@ conditions and bookkeeping annotations, and the gang-started ConfigMap.
 
 Conditions are applied server-side with field manager ``quorum``, one write at a time per gang; the
 transition times Quorum wrote are remembered (for a bounded number of gangs) so that a condition
-whose status does not change keeps its time.
+whose status does not change keeps its time. Each write carries the whole set, so sets asked for
+while one of the gang's writes is in flight fold into one: only the newest is sent after it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ class GangWrites:
         # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
         self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
         self._condition_order = InOrder()  # a gang's condition writes, one at a time
+        # gang key -> the newest set asked for and not yet sent (a run waiting for its turn sends it)
+        self._condition_next: dict[str, tuple[GangHome, list[GangCondition]]] = {}
 
     async def set_gang_conditions(self, home: GangHome, conditions: list[GangCondition]) -> None:
         """Server-side apply Quorum's conditions to a PodGroup's status.
@@ -50,9 +53,26 @@ class GangWrites:
         time stays what it was while a condition's status does not change. Errors are logged only.
         """
         gang = _object_key(home)
+        waiting = gang in self._condition_next
+        self._condition_next[gang] = (home, conditions)
+        if waiting:
+            return  # a write of this gang is waiting for its turn and will send this newer set
         # One write at a time per gang, in the order they were asked for: each sends the whole set,
-        # so an older set landing after a newer one would take back what the newer one added.
-        await self._condition_order.run(gang, lambda: self._apply_conditions(home, gang, conditions))
+        # so an older set landing after a newer one would take back what the newer one added. A
+        # member bound or finished at a time changes the set once per member; under load these
+        # bursts would otherwise be as many writes.
+        taken = False
+
+        async def apply_newest() -> None:
+            nonlocal taken
+            taken = True
+            newest_home, newest = self._condition_next.pop(gang)
+            await self._apply_conditions(newest_home, gang, newest)
+        try:
+            await self._condition_order.run(gang, apply_newest)
+        finally:
+            if not taken:  # cancelled while waiting: later sets must not wait for this run
+                self._condition_next.pop(gang, None)
 
     async def _apply_conditions(self, home: GangHome, gang: str, conditions: list[GangCondition]) -> None:
         now = datetime.fromtimestamp(self._wall(), UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

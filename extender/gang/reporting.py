@@ -30,6 +30,7 @@ from .effects import (
 )
 from .registry import GangRegistry
 from .state import GangState, Phase
+from .timers import Deadline
 
 # Event (type, reason, action) for each phase a gang enters.
 PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
@@ -47,6 +48,9 @@ PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
 RECOVERED_EVENT = (NORMAL, "Recovered", "Bind")
 
 
+# A waiting gang's shortfall goes to its conditions at most this often (its Event takes each one).
+NOFIT_CONDITION_SECONDS = 30.0
+
 # A PodGroup condition as Quorum last applied it: (status, reason, message).
 Applied = dict[str, tuple[bool, str, str]]
 
@@ -57,6 +61,7 @@ class Reported:
 
     was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
     conditions: Applied = field(default_factory=dict)  # applied to the PodGroup, per type
+    nofit_written_at: float = -NOFIT_CONDITION_SECONDS  # when a shortfall last went to the conditions
 
 
 class Reporter:
@@ -104,9 +109,27 @@ class Reporter:
         self.conditions(state)
 
     def nofit(self, state: GangState) -> None:
-        """A gang that does not fit stays Pending: its shortfall is worth an Event all the same."""
-        self.gang(state, "NoFit", state.reason, NORMAL)
-        self.conditions(state)
+        """A gang that does not fit stays Pending: its shortfall is worth an Event all the same.
+
+        The shortfall changes with every pod that comes and goes while the gang waits; its
+        condition takes the newest text at most once per ``NOFIT_CONDITION_SECONDS``, as the
+        Event's series does (a phase change still writes at once)."""
+        target = self._target(state.key)
+        if target is not None:
+            self.core.actions.record_event(target, NORMAL, "NoFit", "NoFit", state.reason or state.key)
+        wait = self._reported.of(state).nofit_written_at + NOFIT_CONDITION_SECONDS - self.core.clock()
+        if wait <= 0:
+            self._write_shortfall(state.key)
+        elif not self._registry.timers.armed(state.key, Deadline.SHORTFALL):
+            # A remembered no-fit is answered without coming here again: the newest text must not
+            # wait for another change to reach the condition.
+            self._registry.timers.arm(state.key, Deadline.SHORTFALL, wait, self._write_shortfall)
+
+    def _write_shortfall(self, key: str) -> None:
+        state = self._registry.gangs.get(key)
+        if state is not None:
+            self._reported.of(state).nofit_written_at = self.core.clock()
+            self.conditions(state)
 
     def members_changed(self, key: str) -> None:
         """A member of the gang was bound or lost: only the live count can have moved (the other
@@ -153,6 +176,8 @@ class Reporter:
         spec = self.core.cache.gang_spec(state.key)
         needed = self.core.min_count(state, spec)
         scheduled = self._registry.running_count(state.key)
+        if state.completing:  # a member that finished its work was scheduled: the gang is done, not short
+            scheduled += sum(1 for m in self.core.cache.members(state.key) if m.succeeded)
         met = scheduled >= needed
         return [GangCondition(CONDITION_SATISFIED, met, "MinCountSatisfied" if met else "BelowMinCount",
                               f"{scheduled} of {needed} members scheduled")]
@@ -166,7 +191,7 @@ def _scheduling_conditions(state: GangState, applied: Applied, text: str) -> lis
         out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, True, "Scheduled", text))
     elif not scheduled and state.phase in (Phase.PENDING, Phase.BACKOFF, Phase.WAITING_FOR_MEMBERS):
         out.append(GangCondition(CONDITION_INITIALLY_SCHEDULED, False, "Unschedulable", text))
-    if state.pods_ready and state.phase == Phase.BOUND:
+    if state.pods_ready and (state.phase == Phase.BOUND or state.completing):  # finishing: it was Ready
         out.append(GangCondition(CONDITION_PODS_READY, True, "PodsReady", text))
     elif state.started:
         why = "WaitForPodsRecovery" if state.phase == Phase.RECOVERING else "WaitForPodsStart"

@@ -243,6 +243,33 @@ async def test_condition_writes_of_a_gang_land_in_the_order_they_were_asked(kube
     assert [list(conditions_sent(r)) for r in kube.api.requests] == [[], ["quorum.dev/GangStarted"]]
 
 
+async def test_sets_asked_for_while_a_write_is_in_flight_fold_into_the_newest(kube: KubeWorld) -> None:
+    """Members bound one by one change the live count as many times: while the gang's write is
+    in flight, only the newest set waits to be sent."""
+    kube.api.slow = [0.2]
+    counts = [GangCondition("PodGroupSatisfied", True, "MinCountSatisfied", f"{n} of 4 members scheduled")
+              for n in range(1, 5)]
+    first = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, counts[:1]))
+    await asyncio.sleep(0.05)  # the first write is at the apiserver
+    later = [asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, [c])) for c in counts[1:]]
+    await asyncio.gather(first, *later)
+    assert [r.body["status"]["conditions"][0]["message"] for r in kube.api.requests] == [
+        "1 of 4 members scheduled", "4 of 4 members scheduled"]
+
+
+async def test_a_write_cancelled_while_waiting_does_not_hold_back_later_sets(kube: KubeWorld) -> None:
+    kube.api.slow = [0.2]
+    first = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, []))
+    await asyncio.sleep(0.05)
+    waiting = asyncio.ensure_future(
+        kube.client.set_gang_conditions(TRAINER, [GangCondition("A", True, "A", "")]))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    await first
+    await kube.client.set_gang_conditions(TRAINER, [GangCondition("B", True, "B", "")])
+    assert [list(conditions_sent(r)) for r in kube.api.requests] == [[], ["B"]]
+
+
 async def test_conditions_of_a_deleted_podgroup_are_ignored(kube: KubeWorld,
                                                             caplog: pytest.LogCaptureFixture) -> None:
     kube.api.answers[("PATCH", f"{PODGROUP}/status")] = (404, "podgroups not found")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from extender.gang.effects import CONDITION_SATISFIED
+from extender.gang.effects import CONDITION_PODS_READY, CONDITION_SATISFIED
 
 from .fixtures import bound, gang_pod, make_pod, make_podgroup, schedule
 from .test_lifecycle import LifecycleWorld, deliver, drop, group_gang, lifecycle_world, ready
@@ -133,3 +133,23 @@ async def test_a_gang_that_never_reached_quorum_has_no_such_condition() -> None:
     await asyncio.sleep(0)
     assert {c.type for c in world.actions.conditions["ml/g"]} == {"PodGroupInitiallyScheduled"}
     assert satisfied(world) is None
+
+
+async def test_a_gang_whose_members_succeeded_stays_satisfied_and_ready_and_writes_nothing() -> None:
+    """Members that finished their work were scheduled: a finishing gang is done, not short of
+    members, and its members completing one by one are no PodGroup write each."""
+    world = lifecycle_world()
+    names = group_gang(world, "g", 3)
+    await schedule(world, names)
+    for name in names:
+        deliver(world, ready(world.pods[name]))
+    await asyncio.sleep(0)
+    pods_ready = [c for c in world.actions.conditions["ml/g"] if c.type == CONDITION_PODS_READY]
+    assert [(c.status, c.reason) for c in pods_ready] == [(True, "PodsReady")]
+    calls = count_applies(world)
+    for name in names:
+        deliver(world, ready(world.pods[name], phase="Succeeded", is_ready=False))
+        await asyncio.sleep(0)
+    assert satisfied(world) == (True, "MinCountSatisfied", "3 of 3 members scheduled")
+    assert [c for c in world.actions.conditions["ml/g"] if c.type == CONDITION_PODS_READY] == pods_ready
+    assert calls[0] == 0
