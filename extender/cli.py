@@ -14,6 +14,7 @@ from aiohttp import web
 from . import config as cfg
 from . import logs
 from .adapters import status
+from .adapters.heap_trim import heap_trimmer, trim_heap_periodically
 from .adapters.informer import Informer
 from .adapters.kube import Credentials, KubeClient, load_credentials
 from .adapters.kueue_topology import read_levels
@@ -111,12 +112,14 @@ def build(config: cfg.Config) -> web.Application:
         reloads = asyncio.ensure_future(reloader.run()) if reloader is not None else None
         tokens = asyncio.ensure_future(tokens_upkeep.run(next_token)) if tokens_upkeep is not None else None
         lag = asyncio.ensure_future(sample_loop_lag(metrics.loop_lag.observe))
+        trim = heap_trimmer()
+        trims = asyncio.ensure_future(trim_heap_periodically(trim)) if trim is not None else None
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),
                                    "metricsPort": config.metrics_port or config.port,
                                    "levels": [lvl.name for lvl in config.levels]})
         yield
-        for task in (reloads, tokens, lag):
+        for task in (reloads, tokens, lag, trims):
             if task is not None:
                 task.cancel()
         if ops_runner is not None:
