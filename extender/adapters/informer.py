@@ -45,6 +45,16 @@ ABSENT = "absent"  # the API is not served: synced and empty
 STOPPED = "stopped"
 
 
+def drop_unread(obj: dict[str, Any]) -> None:
+    """Remove what no record reads and is often most of an object: every kind's managedFields and
+    a node's image list. A list holds all its items at once; decoding 5,000 nodes whole left
+    106 MiB of the process resident after they were dropped, 57 MiB without managedFields."""
+    for part, field in (("metadata", "managedFields"), ("status", "images")):
+        value = obj.get(part)
+        if isinstance(value, dict):
+            value.pop(field, None)
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     name: str
@@ -191,7 +201,7 @@ class Informer:
         self._state[kind.name] = LISTING
         if kind.listing is not None:
             kind.listing()
-        items, version = await self.client.list_objects(kind.path)
+        items, version = await self.client.list_objects(kind.path, trim=drop_unread)
         for obj, exc in kind.replace(items):
             self._reject(kind.name, obj, exc)
         log.info("listed", extra={"kind": kind.name, "objects": len(items)})

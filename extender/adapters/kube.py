@@ -166,8 +166,10 @@ class KubeClient:
         return self.credentials.host + path
 
     # ---------------------------------------------------------------- list / watch
-    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
-        """List every object (paged), returning items and the list's resourceVersion."""
+    async def list_objects(self, path: str, trim: Callable[[dict[str, Any]], None],
+                           ) -> tuple[list[dict[str, Any]], str]:
+        """List every object (paged), returning items and the list's resourceVersion; ``trim`` is
+        applied to each item as its page arrives (the items are held until the list is whole)."""
         items: list[dict[str, Any]] = []
         params: dict[str, str] = {"limit": "500"}
         while True:
@@ -175,8 +177,10 @@ class KubeClient:
                 body = await resp.read()
                 if resp.status != 200:
                     raise _error(resp.status, body)
-            doc = orjson.loads(body)
-            items.extend(doc.get("items") or [])
+            page = (doc := orjson.loads(body)).get("items") or []
+            for obj in page:
+                trim(obj)
+            items.extend(page)
             meta = doc.get("metadata") or {}
             if not meta.get("continue"):
                 return items, str(meta.get("resourceVersion", ""))

@@ -269,17 +269,21 @@ class FakeApiserver(FakeActions):
         resources = self.served.get(path.removeprefix("/apis/"))
         return None if resources is None else {"resources": [{"name": name} for name in resources]}
 
-    async def list_objects(self, path: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_objects(self, path: str, trim: Callable[[dict[str, Any]], None] | None = None,
+                           ) -> tuple[list[dict[str, Any]], str]:
         self.list_calls.append(path)
         await asyncio.sleep(0)
         answers = self.lists.get(path)
         if not answers:
-            return json.loads(json.dumps(self.objects[path])), "1"
-        answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        if isinstance(answer, BaseException):
-            raise answer
-        items, version = answer
-        return list(items), version
+            items, version = json.loads(json.dumps(self.objects[path])), "1"
+        else:
+            answer = answers.pop(0) if len(answers) > 1 else answers[0]
+            if isinstance(answer, BaseException):
+                raise answer
+            items, version = list(answer[0]), answer[1]
+        for obj in items if trim is not None else ():
+            trim(obj)
+        return items, version
 
     async def watch(self, path: str, resource_version: str, timeout_seconds: int = 300,
                     on_open: Callable[[], None] | None = None) -> AsyncIterator[dict[str, Any]]:

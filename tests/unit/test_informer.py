@@ -123,10 +123,10 @@ async def test_each_pod_list_is_announced_to_the_cache_before_it_is_asked_for(
     seen: list[int] = []
     asked = kube.list_objects
 
-    async def list_objects(path: str) -> tuple[list[dict[str, Any]], str]:
+    async def list_objects(path: str, trim: Any = None) -> tuple[list[dict[str, Any]], str]:
         if path == PODS:
             seen.append(cache.pod_lists_started)
-        return await asked(path)
+        return await asked(path, trim)
 
     kube.list_objects = list_objects  # type: ignore[method-assign]
     kube.lists[PODS] = [([], "100"), ([], "200")]
@@ -446,3 +446,28 @@ async def test_caches_synced_once_all_kinds_are_listed(
     await asyncio.sleep(0.02)
     assert [e.kind for e in seen].count(CACHES_SYNCED) == 1
     assert seen[-1].kind == CACHES_SYNCED
+
+
+async def test_listed_objects_lose_what_no_record_reads_before_the_cache_takes_them(
+        cache: ClusterCache, run: Callable[..., Informer]) -> None:
+    """A list is held whole until its last page: managedFields and a node's images (often most of
+    the object, never read) go as each page arrives. Everything the cache reads stays."""
+    node = make_node("n1", "b0", "b0-r0")
+    node["metadata"]["managedFields"] = [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]
+    node["status"]["images"] = [{"names": ["registry.example/train:1"], "sizeBytes": 1}]
+    kube = FakeApiserver()
+    kube.lists[NODES] = [([node], "10")]
+    taken: list[dict[str, Any]] = []
+    replace = cache.replace_nodes
+
+    def keep(objs: Any) -> Any:
+        objs = list(objs)
+        taken.extend(copy.deepcopy(objs))
+        return replace(objs)
+    cache.replace_nodes = keep  # type: ignore[method-assign]
+    run(kube)
+    await eventually(lambda: bool(taken))
+    assert "managedFields" not in taken[0]["metadata"] and "images" not in taken[0]["status"]
+    assert taken[0]["metadata"]["labels"] == node["metadata"]["labels"]
+    assert taken[0]["status"]["allocatable"] == node["status"]["allocatable"]
+    assert cache.nodes["n1"].domains == ("b0", "b0-r0", "n1")

@@ -8,6 +8,8 @@ import logging
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.records import GangHome
@@ -313,3 +315,33 @@ async def test_annotations_not_written_return_false(kube: KubeWorld, caplog: pyt
         written = await kube.client.annotate_gang(TRAINER, {"quorum.dev/requeue-count": "1"})
     assert written is False
     assert bool(caplog.records) is logged
+
+
+# --------------------------------------------------------------------------- lists
+
+
+async def test_a_paged_list_trims_each_page_as_it_arrives() -> None:
+    """The items of a list are held until its last page: the trim must not wait for it."""
+    trimmed_before_last_page: list[int] = []
+    trimmed: list[str] = []
+
+    async def pages(request: web.Request) -> web.Response:
+        if request.query.get("continue") == "next":
+            trimmed_before_last_page.append(len(trimmed))
+            return web.json_response({"metadata": {"resourceVersion": "7"},
+                                      "items": [{"metadata": {"name": "b"}}]})
+        assert request.query["limit"] == "500"
+        return web.json_response({"metadata": {"continue": "next"}, "items": [{"metadata": {"name": "a"}}]})
+    app = web.Application()
+    app.router.add_get("/api/v1/nodes", pages)
+    server = TestServer(app)
+    await server.start_server()
+    client = KubeClient(Credentials(str(server.make_url("")).rstrip("/"), False, {}))
+    try:
+        items, version = await client.list_objects(
+            "/api/v1/nodes", trim=lambda obj: trimmed.append(obj["metadata"].pop("name")))
+    finally:
+        await client.close()
+        await server.close()
+    assert (items, version) == ([{"metadata": {}}, {"metadata": {}}], "7")
+    assert trimmed == ["a", "b"] and trimmed_before_last_page == [1]
