@@ -91,7 +91,8 @@ class NoActions:
         return True
 
     async def create_scale_up(self, namespace: str, name: str, gang: str, node_selector: dict[str, str],
-                              requests: dict[str, int], count: int, class_name: str) -> bool:
+                              requests: dict[str, int], count: int, class_name: str,
+                              together: str = "") -> bool:
         return True
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
