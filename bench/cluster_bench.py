@@ -87,6 +87,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-quorum", type=Path, default=None, metavar="DIR",
                    help="sample Quorum with py-spy (pip install py-spy) while kube-scheduler works "
                         "through each Q and Vq run; raw stacks and a summary go to DIR")
+    p.add_argument("--configs", default="", help="comma-separated configurations to run (default: every one "
+                                                 "of each workload)")
+    p.add_argument("--tag", default="", help="added to the runs' namespace names (bench/cluster_ab.py runs "
+                                             "this script once per revision and repetition)")
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "cluster_bench.json",
                    help="where every run's figures go (JSON)")
     return p.parse_args(argv)
@@ -112,8 +116,8 @@ async def clean(api: Apiserver, namespace: str) -> None:
 
 
 async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
-                  profile_dir: Path | None = None) -> dict[str, Any]:
-    namespace = f"bench-{work.name}-{config}-{rep}".lower()
+                  profile_dir: Path | None = None, tag: str = "") -> dict[str, Any]:
+    namespace = f"bench-{work.name}-{config}-{rep}{'-' + tag if tag else ''}".lower()
     await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": namespace}})
     groups, pods = run_objects(namespace, config, work, f"{work.name}-{config}-{rep}")
@@ -224,8 +228,8 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
         for rep in range(args.reps):
             for work in chosen:
                 pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
-                for config in pair:
-                    row = await one_run(api, work, config, rep, args.profile_quorum)
+                for config in (c for c in pair if not args.configs or c in args.configs.split(",")):
+                    row = await one_run(api, work, config, rep, args.profile_quorum, args.tag)
                     rows.append(row)
                     print(json.dumps({k: row[k] for k in ("workload", "config", "rep", "bound", "pods",
                                                           "pods_per_second", "skew_p50_ms",
