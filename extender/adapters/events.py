@@ -112,6 +112,9 @@ class EventRecorder:
         self._on_result = on_result
         self._series: OrderedDict[_Key, _Series] = OrderedDict()  # least recently seen first
         self._pending: deque[_Series] = deque()  # first occurrences not created yet
+        # Series seen again since their last write: the flusher looks at these only, not at every
+        # remembered Event (up to ``max_keys``) once a second.
+        self._owing: dict[_Key, _Series] = {}
         self._task: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Event | None = None
         self._flushing: asyncio.Lock | None = None  # one flush at a time: the flusher's or a caller's
@@ -147,6 +150,7 @@ class EventRecorder:
             series.count += 1
             series.last_seen, series.last_seen_wall = now, self._wall()
             self._series.move_to_end(key)
+            self._owing[key] = series
             self._count("aggregated")
             self._ensure_flusher()  # queued before a loop ran: its count still has to go out
             return
@@ -234,13 +238,20 @@ class EventRecorder:
         async with self._flushing:
             while self._pending:
                 await self._create(self._pending.popleft())
-            now = self._clock()
-            due = [s for s in self._series.values()
-                   if s.created and s.count > s.sent_count and now - s.last_sent >= self._interval]
-            for series in due:
+            for series in self._due(self._clock()):
                 if not self._bucket.take():  # over the limit: the count waits, it is not lost
                     return
                 await self._patch(series)
+
+    def _due(self, now: float) -> list[_Series]:
+        """Owing series whose count may be written now; the settled and the forgotten leave."""
+        due = []
+        for key, series in list(self._owing.items()):
+            if self._series.get(key) is not series or series.count <= series.sent_count:
+                del self._owing[key]
+            elif series.created and now - series.last_sent >= self._interval:
+                due.append(series)
+        return due
 
     async def _create(self, series: _Series) -> None:
         path = f"/apis/events.k8s.io/v1/namespaces/{series.namespace}/events"
