@@ -125,11 +125,7 @@ class Displacer:
         priority = self.priority_of(state.key)
         required = core.config.level_index(spec.required_topology) if spec.required_topology else None
         units, unit_gangs = self._units(below=priority, exclude=state.key)
-        cache = core.cache  # members that repel each other count one per node
-        repel = resolve_apart((m for m in cache.members(state.key) if m.pending), cache.level_labels,
-                              self.registry.running_nodes(state.key), cache.nodes)
-        plan = choose_victims(core.ledger.claim_nodes(state.key), units, members, len(core.config.levels),
-                              required, per_node=None if repel is None else 1)
+        plan = self._plan(state.key, units, members, required) if units else None  # nothing to evict
         if plan is None or not plan.units:
             self._searched[state.key] = now
             if len(self._searched) > 4096:
@@ -137,6 +133,15 @@ class Displacer:
             return None
         self._execute(state, priority, plan, unit_gangs)
         return plan
+
+    def _plan(self, key: str, units: list[Unit], members: list[Member], required: int | None
+              ) -> Displacement | None:
+        core = self.core
+        cache = core.cache  # members that repel each other count one per node
+        repel = resolve_apart((m for m in cache.members(key) if m.pending), cache.level_labels,
+                              self.registry.running_nodes(key), cache.nodes)
+        return choose_victims(core.ledger.claim_nodes(key), units, members, len(core.config.levels),
+                              required, per_node=None if repel is None else 1)
 
     def _members_to_place(self, key: str, spec: GangSpec | None) -> list[Member] | None:
         """The pending members a displacement must make room for (enough for quorum), or None when
