@@ -110,7 +110,8 @@ class Lifecycle:
     def _note_health(self, state: GangState) -> None:
         core, key = self.core, state.key
         members = core.cache.members(key)
-        if any(m.succeeded for m in members):
+        state.finished.update(m.uid for m in members if m.succeeded)
+        if state.finished:
             state.completing = True
             self.registry.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
         spec = core.cache.gang_spec(key)
@@ -370,6 +371,7 @@ class Lifecycle:
         """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
         mark_started(state, False)
         state.pods_ready = state.completing = False
+        state.finished.clear()
         self.started_signal.reset(state)
         self._after_bind.of(state).recovering_since = 0.0
         self.registry.timers.cancel(state.key, Deadline.READY, Deadline.RECOVERY)

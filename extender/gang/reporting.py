@@ -46,6 +46,13 @@ PHASE_EVENTS: dict[Phase, tuple[str, str, str]] = {
 }
 # A Recovering gang whose replacements bound is whole again.
 RECOVERED_EVENT = (NORMAL, "Recovered", "Bind")
+# A gang below minCount because members succeeded: finishing its work, not waiting for members.
+FINISHING_EVENT = (NORMAL, "Finishing", "Finish")
+# Phases a gang normally passes through in well under a second on its way to Bound: their Event
+# is written only if the gang is still there this long after, when it tells why it is held (two
+# Events a gang fewer otherwise, under the recorder's rate limit).
+PASSING_PHASES = (Phase.RESERVED, Phase.BINDING)
+PASSING_EVENT_SECONDS = 5.0
 
 
 # A waiting gang's shortfall goes to its conditions at most this often (its Event takes each one).
@@ -62,6 +69,7 @@ class Reported:
     was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
     conditions: Applied = field(default_factory=dict)  # applied to the PodGroup, per type
     nofit_written_at: float = -NOFIT_CONDITION_SECONDS  # when a shortfall last went to the conditions
+    passing: tuple[Phase, str] | None = None  # a passing phase entered, and its note (Event deferred)
 
 
 class Reporter:
@@ -102,11 +110,31 @@ class Reporter:
         # Between Recovering and whole again (its replacements may pass through Binding).
         reported.was_recovering = target in (Phase.RECOVERING, Phase.BINDING) and (
             target == Phase.RECOVERING or reported.was_recovering)
-        ref = self._target(state.key)
-        if ref is not None:
-            self.core.actions.record_event(ref, type_, event_reason, action,
-                                           reason or f"gang {state.key}: {target}")
+        if state.completing and target == Phase.WAITING_FOR_MEMBERS:
+            type_, event_reason, action = FINISHING_EVENT
+            reason = f"gang {state.key}: its members are finishing ({len(state.finished)} succeeded)"
+        note = reason or f"gang {state.key}: {target}"
+        timers = self._registry.timers
+        if target in PASSING_PHASES:
+            reported.passing = (target, note)
+            timers.arm(state.key, Deadline.PASSING, PASSING_EVENT_SECONDS, self._still_passing)
+        else:
+            reported.passing = None
+            timers.cancel(state.key, Deadline.PASSING)
+            self._record(state.key, (type_, event_reason, action), note)
         self.conditions(state)
+
+    def _record(self, key: str, event: tuple[str, str, str], note: str) -> None:
+        ref = self._target(key)
+        if ref is not None:
+            self.core.actions.record_event(ref, event[0], event[1], event[2], note)
+
+    def _still_passing(self, key: str) -> None:
+        """The gang has stayed in a passing phase: now its Event says where it is held."""
+        state = self._registry.gangs.get(key)
+        passing = self._reported.of(state).passing if state is not None else None
+        if state is not None and passing is not None and passing[0] == state.phase:
+            self._record(key, PHASE_EVENTS[state.phase], passing[1])
 
     def nofit(self, state: GangState) -> None:
         """A gang that does not fit stays Pending: its shortfall is worth an Event all the same.
@@ -177,7 +205,7 @@ class Reporter:
         needed = self.core.min_count(state, spec)
         scheduled = self._registry.running_count(state.key)
         if state.completing:  # a member that finished its work was scheduled: the gang is done, not short
-            scheduled += sum(1 for m in self.core.cache.members(state.key) if m.succeeded)
+            scheduled += len(state.finished)  # also once its pod is deleted
         met = scheduled >= needed
         return [GangCondition(CONDITION_SATISFIED, met, "MinCountSatisfied" if met else "BelowMinCount",
                               f"{scheduled} of {needed} members scheduled")]

@@ -152,6 +152,9 @@ class GangState:
     pods_ready: bool = False
     members_started: bool = False  # at least minCount members started (the gang-started signal)
     completing: bool = False  # a member succeeded: the gang is finishing, not failing
+    # Members seen succeeded since the last requeue, kept after their pods are deleted: a finished
+    # Job's pods are cleaned up, and its gang still did its work.
+    finished: set[str] = field(default_factory=set)
     requeues: int = 0
     deactivated: str = ""  # why the gang is not scheduled again ("" when it is active)
     # Members Quorum is evicting: no longer counted as running, though the watch may not show

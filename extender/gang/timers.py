@@ -1,8 +1,8 @@
 """A gang's deadlines, armed and cancelled in one place.
 
 A gang has at most one timer of each kind: the bind deadline (quorum must be reached at bind in
-time), the end of a backoff, the readiness deadline, the recovery deadline and the deferred write
-of a waiting gang's shortfall. Arming a kind
+time), the end of a backoff, the readiness deadline, the recovery deadline, the deferred write
+of a waiting gang's shortfall and the deferred Event of a passing phase. Arming a kind
 replaces the one armed before; a timer that fires is forgotten before its callback runs, so the
 callback may arm the same kind again. Parts ask whether a kind is armed instead of keeping handles.
 """
@@ -20,6 +20,7 @@ class Deadline(StrEnum):
     READY = "ready"  # minCount members Ready after the quorum bind (``lifecycle.py``)
     RECOVERY = "recovery"  # a recovering gang whole again (``lifecycle.py``)
     SHORTFALL = "shortfall"  # a waiting gang's newest shortfall to its conditions (``reporting.py``)
+    PASSING = "passing"  # the Event of a passing phase, if the gang is still in it (``reporting.py``)
 
 
 class GangTimers:

@@ -153,3 +153,25 @@ async def test_a_gang_whose_members_succeeded_stays_satisfied_and_ready_and_writ
     assert satisfied(world) == (True, "MinCountSatisfied", "3 of 3 members scheduled")
     assert [c for c in world.actions.conditions["ml/g"] if c.type == CONDITION_PODS_READY] == pods_ready
     assert calls[0] == 0
+
+
+async def test_a_finished_gang_whose_pods_are_deleted_writes_nothing_more() -> None:
+    """A Job's finished pods are deleted later (its TTL, a cleanup): the gang did its work, so its
+    PodGroup keeps saying so, and the deletions are no write each."""
+    world = lifecycle_world()
+    names = group_gang(world, "g", 3)
+    await schedule(world, names)
+    for name in names:
+        deliver(world, ready(world.pods[name]))
+    for name in names:
+        deliver(world, ready(world.pods[name], phase="Succeeded", is_ready=False))
+    await asyncio.sleep(0)
+    before = list(world.actions.conditions["ml/g"])
+    calls = count_applies(world)
+    events = len(world.actions.events)
+    for name in names:
+        drop(world, [name])
+        await asyncio.sleep(0)
+    assert satisfied(world) == (True, "MinCountSatisfied", "3 of 3 members scheduled")
+    assert world.actions.conditions["ml/g"] == before
+    assert (calls[0], world.actions.events[events:]) == (0, [])
