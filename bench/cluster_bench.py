@@ -89,6 +89,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "through each Q and Vq run; raw stacks and a summary go to DIR")
     p.add_argument("--configs", default="", help="comma-separated configurations to run (default: every one "
                                                  "of each workload)")
+    p.add_argument("--timeline", type=Path, default=None, metavar="DIR",
+                   help="write each run's pods (gang, node, seconds to bound and to finished) to DIR "
+                        "as JSON, for bench/cb_timeline.py")
     p.add_argument("--tag", default="", help="added to the runs' namespace names (bench/cluster_ab.py runs "
                                              "this script once per revision and repetition)")
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "cluster_bench.json",
@@ -115,8 +118,8 @@ async def clean(api: Apiserver, namespace: str) -> None:
     await api.delete(base)
 
 
-async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
-                  profile_dir: Path | None = None, tag: str = "") -> dict[str, Any]:
+async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile_dir: Path | None = None,
+                  tag: str = "", timeline: Path | None = None) -> dict[str, Any]:
     namespace = f"bench-{work.name}-{config}-{rep}{'-' + tag if tag else ''}".lower()
     await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": namespace}})
@@ -155,6 +158,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
     after_metrics = cb_procs.metrics_snapshot()
     writes, bind_times, received = cb_procs.audit_since(audit, namespace)
     await watch.stop()
+    if timeline is not None:
+        write_timeline(timeline / f"{namespace}.json", watch, started)
     row = measure(work, config, rep, watch, bind_times, started, last_created, ended, finished, sizes)
     row.update(_received_skews(received, watch.labels))
     bound = len(watch.bound_at) or 1
@@ -175,6 +180,18 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int,
     })
     await clean(api, namespace)
     return row
+
+
+def write_timeline(path: Path, watch: BindWatch, started: float) -> None:
+    """Every pod's gang, node and seconds from the scheduler's resume to bound and to finished."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    def since(at: dict[str, float], name: str) -> float | None:
+        return round(at[name] - started, 3) if name in at else None
+
+    pods = {name: {"gang": watch.labels[name].get(GANG_LABEL, ""), "node": watch.node_of.get(name),
+                   "bound": since(watch.bound_at, name), "finished": since(watch.finished_at, name)}
+            for name in watch.labels}
+    path.write_bytes(json.dumps(pods).encode())
 
 
 def measure(work: Workload, config: str, rep: int, watch: BindWatch, bind_times: dict[str, float],
@@ -229,7 +246,7 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             for work in chosen:
                 pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
                 for config in (c for c in pair if not args.configs or c in args.configs.split(",")):
-                    row = await one_run(api, work, config, rep, args.profile_quorum, args.tag)
+                    row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline)
                     rows.append(row)
                     print(json.dumps({k: row[k] for k in ("workload", "config", "rep", "bound", "pods",
                                                           "pods_per_second", "skew_p50_ms",
