@@ -4,11 +4,15 @@ conditions and bookkeeping annotations, and the gang-started ConfigMap.
 Conditions are applied server-side with field manager ``quorum``, one write at a time per gang; the
 transition times Quorum wrote are remembered (for a bounded number of gangs) so that a condition
 whose status does not change keeps its time. Each write carries the whole set, so sets asked for
-while one of the gang's writes is in flight fold into one: only the newest is sent after it.
+while one of the gang's writes is in flight fold into one: only the newest is sent after it. A
+write also waits ``settle_seconds`` before it goes: a gang that fits binds within a second of
+being found waiting, and its pods are often Ready a moment after the bind, and each of those
+steps would otherwise be a write of its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -27,6 +31,7 @@ log = logging.getLogger(__name__)
 FIELD_MANAGER = "quorum"
 _MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
 _CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
+CONDITION_SETTLE_SECONDS = 1.0  # sets asked for this soon after one fold into it
 
 
 # One write request of the client: (method, path, body, content type) -> (status, body).
@@ -36,9 +41,11 @@ Write = Callable[[str, str, bytes, str], Awaitable[tuple[int, bytes]]]
 class GangWrites:
     """Held by ``KubeClient``, which offers these writes to the gang core and sends them."""
 
-    def __init__(self, write: Write, wall: Callable[[], float]) -> None:
+    def __init__(self, write: Write, wall: Callable[[], float],
+                 settle_seconds: float = CONDITION_SETTLE_SECONDS) -> None:
         self.write = write
         self._wall = wall
+        self.settle_seconds = settle_seconds
         # gang key -> condition type -> (status, lastTransitionTime), least recently applied first
         self._conditions: OrderedDict[str, dict[str, tuple[bool, str]]] = OrderedDict()
         self._condition_order = InOrder()  # a gang's condition writes, one at a time
@@ -69,6 +76,8 @@ class GangWrites:
             newest_home, newest = self._condition_next.pop(gang)
             await self._apply_conditions(newest_home, gang, newest)
         try:
+            if self.settle_seconds > 0:
+                await asyncio.sleep(self.settle_seconds)  # what the gang does next folds into this
             await self._condition_order.run(gang, apply_newest)
         finally:
             if not taken:  # cancelled while waiting: later sets must not wait for this run

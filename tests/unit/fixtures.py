@@ -179,6 +179,7 @@ async def kube_world() -> AsyncIterator[KubeWorld]:
     host = str(server.make_url("")).rstrip("/")
     client = KubeClient(Credentials(host, False, {"Accept": "application/json"}), metrics=metrics,
                         clock=clock, wall=clock)
+    client.gang_writes.settle_seconds = 0.0  # each condition write at once (test_kube_effects: the settling)
     try:
         yield KubeWorld(api, client, clock, metrics)
     finally:

@@ -259,6 +259,21 @@ async def test_sets_asked_for_while_a_write_is_in_flight_fold_into_the_newest(ku
         "1 of 4 members scheduled", "4 of 4 members scheduled"]
 
 
+async def test_sets_asked_for_within_the_settling_time_go_as_one_write(kube: KubeWorld) -> None:
+    """A gang found waiting, bound a moment later, its pods Ready a moment after: one write."""
+    kube.client.gang_writes.settle_seconds = 0.1
+    steps = [GangCondition("PodGroupInitiallyScheduled", status, reason, "")
+             for status, reason in ((False, "Unschedulable"), (True, "Scheduled"))]
+    first = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, steps[:1]))
+    await asyncio.sleep(0.02)
+    assert kube.api.requests == []  # still settling
+    await asyncio.gather(first, kube.client.set_gang_conditions(TRAINER, steps[1:]))
+    [request] = kube.api.requests
+    assert conditions_sent(request)["PodGroupInitiallyScheduled"][:2] == ("True", "Scheduled")
+    await kube.client.set_gang_conditions(TRAINER, steps[:1])  # later: a write of its own
+    assert len(kube.api.requests) == 2
+
+
 async def test_a_write_cancelled_while_waiting_does_not_hold_back_later_sets(kube: KubeWorld) -> None:
     kube.api.slow = [0.2]
     first = asyncio.ensure_future(kube.client.set_gang_conditions(TRAINER, []))
