@@ -253,9 +253,12 @@ def _scheduler_metrics(port: int) -> str | None:
         return None
 
 
+QUORUM_URL = "http://127.0.0.1:8888"  # where hack/cluster-up.sh starts Quorum
+
+
 def _quorum_metrics() -> str | None:
     try:
-        with urllib.request.urlopen("http://127.0.0.1:8888/metrics", timeout=10) as r:
+        with urllib.request.urlopen(f"{QUORUM_URL}/metrics", timeout=10) as r:
             return str(r.read().decode())
     except OSError:
         return None

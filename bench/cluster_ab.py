@@ -31,7 +31,8 @@ import cb_procs
 from cb_kube import CLUSTER_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
-READY_URL = "http://127.0.0.1:8888/readyz"
+READY_URL = f"{cb_procs.QUORUM_URL}/readyz"
+_STARTED: dict[int, subprocess.Popen[bytes]] = {}  # Quorums this process started, to reap when stopped
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -67,6 +68,13 @@ def restart_quorum(directory: Path) -> None:
     pairs = (e.decode().partition("=") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
     env = {name: value for name, _, value in pairs}
     os.kill(pid, signal.SIGTERM)
+    ours = _STARTED.pop(pid, None)
+    if ours is not None:  # our child: reaped here, or its zombie would look alive below
+        try:
+            ours.wait(30)
+        except subprocess.TimeoutExpired:
+            ours.kill()
+            ours.wait()
     for _ in range(300):
         if cb_procs.pid_of("quorum") is None:
             break
@@ -76,6 +84,7 @@ def restart_quorum(directory: Path) -> None:
     with open(CLUSTER_DIR / "logs" / "quorum.log", "ab") as log:
         proc = subprocess.Popen(argv, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
+    _STARTED[proc.pid] = proc
     (CLUSTER_DIR / "pids" / "quorum.pid").write_text(str(proc.pid))
     for _ in range(240):
         try:
