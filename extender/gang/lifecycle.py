@@ -111,8 +111,7 @@ class Lifecycle:
         core, key = self.core, state.key
         members = core.cache.members(key)
         state.finished.update(m.uid for m in members if m.succeeded)
-        if state.finished:
-            state.completing = True
+        if state.completing:
             self.registry.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
         spec = core.cache.gang_spec(key)
         min_count = core.min_count(state, spec)
@@ -370,7 +369,7 @@ class Lifecycle:
     def forget_start(self, state: GangState) -> None:
         """The gang is no longer the one that ran (its PodGroup went, or it is not a gang now)."""
         mark_started(state, False)
-        state.pods_ready = state.completing = False
+        state.pods_ready = False
         state.finished.clear()
         self.started_signal.reset(state)
         self._after_bind.of(state).recovering_since = 0.0

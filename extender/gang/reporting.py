@@ -80,9 +80,7 @@ class Reporter:
 
     # ------------------------------------------------------------------ Events
     def gang(self, state: GangState, reason: str, note: str, type_: str) -> None:
-        target = self._target(state.key)
-        if target is not None:
-            self.core.actions.record_event(target, type_, reason, reason, note or state.key)
+        self._record(state.key, (type_, reason, reason), note or state.key)
         self.conditions(state)
 
     def pod(self, pod: PodRecord, reason: str, note: str, type_: str) -> None:

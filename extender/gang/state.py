@@ -151,7 +151,6 @@ class GangState:
     started: bool = False
     pods_ready: bool = False
     members_started: bool = False  # at least minCount members started (the gang-started signal)
-    completing: bool = False  # a member succeeded: the gang is finishing, not failing
     # Members seen succeeded since the last requeue, kept after their pods are deleted: a finished
     # Job's pods are cleaned up, and its gang still did its work.
     finished: set[str] = field(default_factory=set)
@@ -160,6 +159,11 @@ class GangState:
     # Members Quorum is evicting: no longer counted as running, though the watch may not show
     # them deleted yet (a requeued gang must not look Bound again in the meantime).
     evicting: set[str] = field(default_factory=set)
+
+    @property
+    def completing(self) -> bool:
+        """A member succeeded: the gang is finishing, not failing."""
+        return bool(self.finished)
 
 
 @dataclass(frozen=True, slots=True)
