@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ..cluster.cache import ClusterCache
-from ..cluster.records import PodRecord
+from ..cluster.records import NodeRecord, PodRecord
 from ..cluster.resources import Resources, add_into, subtract_into
 from ..topology.claims import ClaimNode
+from ..topology.model import CandidateNode
 
 
 class DoubleReservation(RuntimeError):
@@ -48,6 +49,7 @@ class CapacityLedger:
         self._slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
         self._inflight: dict[str, tuple[str, Resources]] = {}  # uid -> (node, requests)
         self._inflight_gang: dict[str, str] = {}  # uid -> gang, for members bound as a gang
+        self._inflight_by_gang: dict[str, set[str]] = {}  # the same, gang -> uids
         # Members whose bind went through before the watch ever showed their pod: who they are.
         self._inflight_unseen: dict[str, PodRecord] = {}
         self._inflight_on_node: dict[str, dict[str, Resources]] = {}  # node -> uid -> requests
@@ -56,6 +58,10 @@ class CapacityLedger:
         self.inflight_version = 0
         self._protected_key: tuple[int, int, int] = (-1, -1, -1)
         self._protected: dict[str, ProtectedNode] = {}
+        # Nodes with nothing reserved or in flight, as every gang sees them. A candidate is kept
+        # while the cache's free dict for its node is the same object: the cache makes a new one
+        # whenever the node or the pods on it change (``ClusterCache._account``, ``upsert_node``).
+        self._plain_candidates: dict[str, CandidateNode] = {}
 
     # ----------------------------------------------------------------- reservations
     def reserve(self, gang: str, uid: str, node: str, requests: Resources) -> None:
@@ -141,6 +147,7 @@ class CapacityLedger:
         self._inflight[uid] = (node, requests)
         if gang is not None:
             self._inflight_gang[uid] = gang
+            self._inflight_by_gang.setdefault(gang, set()).add(uid)
             if pod is not None and uid not in self.cache.pods:
                 self._inflight_unseen[uid] = pod
         self._inflight_on_node.setdefault(node, {})[uid] = requests
@@ -151,7 +158,12 @@ class CapacityLedger:
         entry = self._inflight.pop(uid, None)
         if entry is None:
             return
-        self._inflight_gang.pop(uid, None)
+        gang = self._inflight_gang.pop(uid, None)
+        if gang is not None:
+            uids = self._inflight_by_gang[gang]
+            uids.discard(uid)
+            if not uids:
+                del self._inflight_by_gang[gang]
         self._inflight_unseen.pop(uid, None)
         del self._inflight_since[uid]
         node = entry[0]
@@ -198,7 +210,7 @@ class CapacityLedger:
         """In-flight binds of the gang: its members' (``uids``) and any marked with the gang, less
         ``exclude`` (members being evicted)."""
         counted = {uid for uid in uids if uid in self._inflight}
-        counted.update(uid for uid, owner in self._inflight_gang.items() if owner == gang)
+        counted.update(self._inflight_by_gang.get(gang, ()))
         counted.difference_update(exclude)
         return len(counted)
 
@@ -251,6 +263,27 @@ class CapacityLedger:
             self._protected, self._protected_key = views, key
         return self._protected
 
+    def candidate(self, node: NodeRecord, gang: str) -> CandidateNode | None:
+        """The node as a placement candidate for ``gang`` (other gangs' reservations excluded).
+
+        A placement reads every candidate node. A node with nothing reserved or in flight looks the
+        same to every gang, so its candidate is kept until the cache's free capacity for it changes.
+        """
+        name = node.name
+        if name in self._on_node or name in self._inflight_on_node:
+            free = self.free(name, gang)
+            return None if free is None else CandidateNode(name, node.domains, free[0], free[1])
+        free_now, pods_free = self.cache.free_on(node)
+        kept = self._plain_candidates.get(name)
+        if kept is not None and kept.free is free_now:  # its pod count changes only with it
+            return kept
+        made = CandidateNode(name, node.domains, free_now, pods_free)
+        if kept is None and len(self._plain_candidates) >= 2 * len(self.cache.nodes) + 64:
+            nodes = self.cache.nodes  # nodes that went: their entries go too
+            self._plain_candidates = {n: c for n, c in self._plain_candidates.items() if n in nodes}
+        self._plain_candidates[name] = made
+        return made
+
     # ----------------------------------------------------------------- invariants
     def check(self) -> list[str]:
         """Violations of the ledger's own invariants (empty when it adds up)."""
@@ -271,6 +304,10 @@ class CapacityLedger:
         if {n: {g: _nonzero(r) for g, r in gangs.items()} for n, gangs in sums.items()} != {
                 n: {g: _nonzero(r) for g, r in gangs.items()} for n, gangs in self._on_node.items()}:
             problems.append("ledger: per-node reserved requests do not equal the sum over gangs")
+        return problems + self._check_inflight()
+
+    def _check_inflight(self) -> list[str]:
+        problems: list[str] = []
         inflight_nodes = {n: set(u) for n, u in self._inflight_on_node.items()}
         expected: dict[str, set[str]] = {}
         for uid, (node, _) in self._inflight.items():
@@ -279,6 +316,11 @@ class CapacityLedger:
             problems.append("ledger: in-flight binds per node do not match the in-flight pods")
         if self._inflight_since.keys() != self._inflight.keys():
             problems.append("ledger: in-flight binds and their list numbers name different pods")
+        by_gang: dict[str, set[str]] = {}
+        for uid, gang in self._inflight_gang.items():
+            by_gang.setdefault(gang, set()).add(uid)
+        if by_gang != self._inflight_by_gang or not self._inflight_gang.keys() <= self._inflight.keys():
+            problems.append("ledger: in-flight binds by gang do not match the in-flight pods")
         return problems
 
     def overcommitted(self) -> list[str]:

@@ -168,25 +168,24 @@ class Planner:
         adds capacity that would come free on some nodes (preemption victims gone).
         """
         out: list[CandidateNode] = []
-        seen: set[str] = set()  # a name offered twice is one node: its capacity counts once
         nodes = self.core.cache.nodes
-        free_of = self.core.ledger.free
-        for name in names:
+        candidate = self.core.ledger.candidate
+        for name in dict.fromkeys(names):  # a name offered twice is one node: its capacity counts once
             node = nodes.get(name)
-            if node is None or name in seen:
+            if node is None:
                 continue
-            seen.add(name)
             if within is not None and node.paths[within[0]] != within[1]:
                 continue
             if labelled_only and "" in node.domains:
                 continue
-            free = free_of(name, gang)
-            if free is None:
+            found = candidate(node, gang)
+            if found is None:
                 continue
             extra = freed.get(name) if freed else None
             if extra is not None:
-                free = (add(free[0], extra[0]), free[1] + extra[1])
-            out.append(CandidateNode(name, node.domains, free[0], free[1]))
+                found = CandidateNode(name, node.domains, add(found.free, extra[0]),
+                                      found.pods_free + extra[1])
+            out.append(found)
         return out
 
     def plan(self, spec: GangSpec, pending: Mapping[str, PodRecord], candidates: list[str],
