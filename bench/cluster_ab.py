@@ -119,13 +119,14 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         key = "gangs_per_minute" if first.get("gangs_per_minute") is not None else "pods_per_second"
         per[(workload, revision)].append((first[key] / native[key] if native[key] else 0.0, first))
     out = ["| workload | revision | ratio to native per rep | median | Quorum CPU ms/pod | Quorum writes/pod "
-           "| Quorum RSS MiB |", "|---|---|---|--:|--:|--:|--:|"]
+           "| Quorum RSS MiB | after the cleanup |", "|---|---|---|--:|--:|--:|--:|--:|"]
     for (workload, revision), pairs in per.items():
         ratios = [r for r, _ in pairs]
         cells = [workload, revision, ", ".join(f"{r:.3f}" for r in ratios),
                  f"{statistics.median(ratios):.3f}"]
         cells += [", ".join(str(run.get(k)) for _, run in pairs)
-                  for k in ("quorum_cpu_ms_per_pod", "quorum_writes_per_pod", "quorum_rss_mib")]
+                  for k in ("quorum_cpu_ms_per_pod", "quorum_writes_per_pod", "quorum_rss_mib",
+                            "quorum_rss_after_clean_mib")]
         out.append("| " + " | ".join(cells) + " |")
     return out
 

@@ -105,6 +105,9 @@ def k8s_version() -> str:
     return out.stdout.strip()
 
 
+CLEAN_SETTLE_SECONDS = 5.0
+
+
 async def clean(api: Apiserver, namespace: str) -> None:
     """Remove a run's pods at once (grace 0) and its namespace; wait until the pods are gone."""
     base = f"/api/v1/namespaces/{namespace}"
@@ -179,6 +182,9 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
         "quorum_rss_mib": round(cb_procs.rss_mib(quorum_pid), 1) if quorum_pid else None,
     })
     await clean(api, namespace)
+    if quorum_pid and "quorum" in SCHEDULING[config]:
+        await asyncio.sleep(CLEAN_SETTLE_SECONDS)  # the deletions' watch events are behind Quorum
+        row["quorum_rss_after_clean_mib"] = round(cb_procs.rss_mib(quorum_pid), 1)
     return row
 
 

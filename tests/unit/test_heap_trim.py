@@ -32,7 +32,49 @@ def test_freed_memory_that_the_allocator_kept_is_returned() -> None:
 
 async def test_the_heap_is_trimmed_at_every_interval() -> None:
     calls: list[int] = []
-    task = asyncio.create_task(trim_heap_periodically(lambda: calls.append(1), interval=0.02))
+    task = asyncio.create_task(trim_heap_periodically(lambda: calls.append(1), interval=0.02, check=0.01,
+                                                      cpu=lambda: 0.0))
     await asyncio.sleep(0.11)
     task.cancel()
     assert 3 <= len(calls) <= 6
+
+
+class FakeCpu:
+    """The process's CPU seconds, moved by the test: each check reads the next value."""
+
+    def __init__(self, readings: list[float]) -> None:
+        self.readings = readings
+        self.read = 0
+        self.until = len(readings)
+        self.done = asyncio.Event()  # set once ``until`` values were read
+
+    def __call__(self) -> float:
+        value = self.readings[min(self.read, len(self.readings) - 1)]
+        self.read += 1
+        if self.read >= self.until:
+            self.done.set()
+        return value
+
+
+async def run_checks(cpu: FakeCpu, checks: int) -> list[int]:
+    """Run the trimmer with a one-hour interval for ``checks`` checks; the reads where it trimmed."""
+    trims: list[int] = []
+    task = asyncio.create_task(trim_heap_periodically(lambda: trims.append(cpu.read), interval=3600.0,
+                                                      check=0.01, cpu=cpu))
+    cpu.until = checks + 1
+    await asyncio.wait_for(cpu.done.wait(), timeout=10)
+    task.cancel()
+    return trims
+
+
+async def test_the_heap_is_trimmed_as_soon_as_a_burst_of_work_ends() -> None:
+    # Start, then 2 s of CPU over two checks (busy: no trim), then a check with none: trimmed there.
+    cpu = FakeCpu([0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    assert await run_checks(cpu, 5) == [4]
+
+
+async def test_steady_work_and_idleness_wait_for_the_interval() -> None:
+    busy = FakeCpu([i * 0.5 for i in range(20)])  # half a core at every check: never quiet
+    assert await run_checks(busy, 10) == []
+    idle = FakeCpu([i * 0.0001 for i in range(20)])  # quiet, but nothing was done to give back
+    assert await run_checks(idle, 10) == []
