@@ -68,13 +68,13 @@ async def run_checks(cpu: FakeCpu, checks: int) -> list[int]:
 
 
 async def test_the_heap_is_trimmed_as_soon_as_a_burst_of_work_ends() -> None:
-    # Start, then 2 s of CPU over two checks (busy: no trim), then a check with none: trimmed there.
-    cpu = FakeCpu([0.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0])
+    # Start, then 6 s of CPU over two checks (busy: no trim), then a check with little: trimmed there.
+    cpu = FakeCpu([0.0, 3.0, 6.0, 6.002, 6.004, 6.006, 6.008])
     assert await run_checks(cpu, 5) == [4]
 
 
 async def test_steady_work_and_idleness_wait_for_the_interval() -> None:
     busy = FakeCpu([i * 0.5 for i in range(20)])  # half a core at every check: never quiet
     assert await run_checks(busy, 10) == []
-    idle = FakeCpu([i * 0.0001 for i in range(20)])  # quiet, but nothing was done to give back
+    idle = FakeCpu([i * 0.002 for i in range(20)])  # quiet, but nothing was done to give back
     assert await run_checks(idle, 10) == []
