@@ -7,7 +7,10 @@ free pages back; called once a minute it costs the loop a few milliseconds. It i
 soon as a burst ends (the process used 5 s of CPU or more since the last trim, and under a quarter
 of a core over the last two seconds), so the resident size drops when the work does, not up to a
 minute later. Watching a busy 1,000-node cluster alone takes Quorum 5-15% of a core, so "quiet"
-cannot mean idle. Only where the C library has it (glibc); elsewhere nothing is done.
+cannot mean idle. And when many objects were freed at once (a tenth of Python's allocated blocks
+gone since their peak: pods deleted, a relist's pages dropped), without much CPU spent, a quiet check
+trims too: that is when glibc holds the most freed memory. Only where the C library has it (glibc);
+elsewhere nothing is done.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import ctypes.util
+import sys
 import time
 from collections.abc import Callable
 
@@ -22,6 +26,7 @@ TRIM_SECONDS = 60.0
 QUIET_CHECK_SECONDS = 2.0
 QUIET_SHARE = 0.25  # under a quarter of a core over the last check: the burst is over
 BURST_CPU_SECONDS = 5.0  # CPU spent since the last trim that makes a trim worth it once quiet
+FREED_SHARE = 0.1  # ... or this share of the allocated blocks freed since their peak
 
 
 def heap_trimmer() -> Callable[[], None] | None:
@@ -41,17 +46,21 @@ def heap_trimmer() -> Callable[[], None] | None:
 
 async def trim_heap_periodically(trim: Callable[[], None], interval: float = TRIM_SECONDS,
                                  check: float = QUIET_CHECK_SECONDS,
-                                 cpu: Callable[[], float] = time.process_time) -> None:
-    """Trim every ``interval`` seconds, and at the first quiet ``check`` after a burst of work."""
+                                 cpu: Callable[[], float] = time.process_time,
+                                 blocks: Callable[[], int] = sys.getallocatedblocks) -> None:
+    """Trim every ``interval`` seconds, and at the first quiet ``check`` after a burst of work or
+    after many objects were freed."""
     clock = asyncio.get_running_loop().time
-    trimmed_at, cpu_at_trim = clock(), cpu()
+    trimmed_at, cpu_at_trim, peak = clock(), cpu(), blocks()
     cpu_before = cpu_at_trim
     while True:
         await asyncio.sleep(check)
-        cpu_now = cpu()
-        burst_over = cpu_now - cpu_before < check * QUIET_SHARE and cpu_now - cpu_at_trim >= BURST_CPU_SECONDS
-        if burst_over or clock() - trimmed_at >= interval:
+        cpu_now, blocks_now = cpu(), blocks()
+        peak = max(peak, blocks_now)
+        quiet = cpu_now - cpu_before < check * QUIET_SHARE
+        worth_it = cpu_now - cpu_at_trim >= BURST_CPU_SECONDS or blocks_now <= peak * (1 - FREED_SHARE)
+        if (quiet and worth_it) or clock() - trimmed_at >= interval:
             trim()
-            trimmed_at, cpu_now = clock(), cpu()
+            trimmed_at, cpu_now, peak = clock(), cpu(), blocks()
             cpu_at_trim = cpu_now
         cpu_before = cpu_now

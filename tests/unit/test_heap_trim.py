@@ -56,11 +56,17 @@ class FakeCpu:
         return value
 
 
-async def run_checks(cpu: FakeCpu, checks: int) -> list[int]:
-    """Run the trimmer with a one-hour interval for ``checks`` checks; the reads where it trimmed."""
+async def run_checks(cpu: FakeCpu, checks: int, blocks: list[int] | None = None) -> list[int]:
+    """Run the trimmer with a one-hour interval for ``checks`` checks; the reads where it trimmed.
+    ``blocks``: Python's allocated blocks at each read (the same throughout when not given)."""
     trims: list[int] = []
+    counts = blocks or [1000]
+
+    def allocated() -> int:
+        return counts[min(max(cpu.read - 1, 0), len(counts) - 1)]
+
     task = asyncio.create_task(trim_heap_periodically(lambda: trims.append(cpu.read), interval=3600.0,
-                                                      check=0.01, cpu=cpu))
+                                                      check=0.01, cpu=cpu, blocks=allocated))
     cpu.until = checks + 1
     await asyncio.wait_for(cpu.done.wait(), timeout=10)
     task.cancel()
@@ -78,3 +84,11 @@ async def test_steady_work_and_idleness_wait_for_the_interval() -> None:
     assert await run_checks(busy, 10) == []
     idle = FakeCpu([i * 0.002 for i in range(20)])  # quiet, but nothing was done to give back
     assert await run_checks(idle, 10) == []
+
+
+async def test_the_heap_is_trimmed_once_many_objects_were_freed() -> None:
+    # Little CPU throughout; a fifth of the blocks go at the fourth read: trimmed at that check.
+    cpu = FakeCpu([i * 0.002 for i in range(20)])
+    assert await run_checks(cpu, 6, blocks=[1000, 1000, 1000, 800, 800, 800, 800, 800]) == [4]
+    few = FakeCpu([i * 0.002 for i in range(20)])  # 5% freed: not worth a trim
+    assert await run_checks(few, 6, blocks=[1000, 1000, 1000, 950, 950, 950, 950, 950]) == []
