@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
+from extender.adapters import heap_trim
 from extender.adapters.heap_trim import heap_trimmer, trim_heap_periodically
 
 
@@ -86,9 +88,17 @@ async def test_steady_work_and_idleness_wait_for_the_interval() -> None:
     assert await run_checks(idle, 10) == []
 
 
-async def test_the_heap_is_trimmed_once_many_objects_were_freed() -> None:
-    # Little CPU throughout; a fifth of the blocks go at the fourth read: trimmed at that check.
+async def test_the_heap_is_trimmed_once_many_objects_were_freed(monkeypatch: Any) -> None:
+    monkeypatch.setattr(heap_trim, "FREED_SPACING_SECONDS", 0.0)
+    # Little CPU throughout; 30,000 blocks go at the fourth read: trimmed at that check.
     cpu = FakeCpu([i * 0.002 for i in range(20)])
-    assert await run_checks(cpu, 6, blocks=[1000, 1000, 1000, 800, 800, 800, 800, 800]) == [4]
-    few = FakeCpu([i * 0.002 for i in range(20)])  # 5% freed: not worth a trim
-    assert await run_checks(few, 6, blocks=[1000, 1000, 1000, 950, 950, 950, 950, 950]) == []
+    many = [200_000, 200_000, 200_000, 170_000]
+    assert await run_checks(cpu, 6, blocks=many) == [4]
+    few = FakeCpu([i * 0.002 for i in range(20)])  # 5,000 freed: not worth a trim
+    assert await run_checks(few, 6, blocks=[200_000, 200_000, 200_000, 195_000]) == []
+
+
+async def test_trims_for_freed_blocks_are_spaced() -> None:
+    # The same drop, but the last trim (the start) was under FREED_SPACING_SECONDS ago: no trim yet.
+    cpu = FakeCpu([i * 0.002 for i in range(20)])
+    assert await run_checks(cpu, 6, blocks=[200_000, 200_000, 200_000, 170_000]) == []
