@@ -8,9 +8,10 @@ soon as a burst ends (the process used 5 s of CPU or more since the last trim, a
 of a core over the last two seconds), so the resident size drops when the work does, not up to a
 minute later. Watching a busy 1,000-node cluster alone takes Quorum 5-15% of a core, so "quiet"
 cannot mean idle. And when many objects were freed at once (20,000 of Python's allocated blocks gone
-since their peak, about 2,000 pods' records: a finished job's pods deleted), without much CPU spent,
-a quiet check trims too, at most every 10 s: the records kept pages of freed memory in use, and those
-pages are free now (a cluster benchmark run's cleanup left 32 MiB to trim). Only where the C library
+since their peak: a finished job's pods deleted, a burst's idle connections to the apiserver closed),
+without much CPU spent, a quiet check trims too, at most every 10 s. After a cluster benchmark run
+the largest such release was the binding connections closing (about 116 TLS connections, each with
+asyncio's 256 KiB read buffer): 31 MiB trimmed within 2 s of their close. Only where the C library
 has it (glibc); elsewhere nothing is done.
 """
 
