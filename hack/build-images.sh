@@ -66,7 +66,14 @@ if ! podman_cmd image exists "$SCHEDULER"; then
     -f "$ROOT/hack/images/kube-scheduler.Containerfile" "$ctx" >/dev/null
 fi
 
-podman_cmd image prune --force >/dev/null   # the builder stages' dangling layers
+# The builder stages' dangling layers. Pruning is housekeeping and never fails the build: podman's
+# image store is shared by every checkout on the machine, and a build that is running elsewhere, or
+# one that was killed midway, keeps working containers on the layers it uses; podman then refuses
+# to prune (exit 125, "image is in use by a container"). The layers stay until those are gone.
+if ! pruned="$(podman_cmd image prune --force 2>&1 >/dev/null)"; then
+  log "left the dangling layers in place: ${pruned##*Error: }"
+  log "build containers holding them: podman ps --external; remove a dead one with podman rm --force <id>"
+fi
 
 # The pod sandbox image of the real node's containerd (hack/lib/real-node.sh): a static busybox that
 # sleeps, standing in for registry.k8s.io/pause.
