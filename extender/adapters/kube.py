@@ -28,6 +28,7 @@ from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
 from ..gang.effects import GangCondition, ObjectRef
 from ..metrics import Metrics
+from .bind_connections import BindConnections, BindTiers
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message, refusal_causes
 from .scale_up_writes import ScaleUpWrites
@@ -36,12 +37,10 @@ from .token import IN_CLUSTER_TOKEN
 log = logging.getLogger(__name__)
 
 _WRITE_TIMEOUT = aiohttp.ClientTimeout(total=30)
+_JSON = {"Content-Type": "application/json"}
 # Writes in flight at once besides bindings (Events, PodGroup status, nudges, ...). Without a cap
 # a burst of gangs opened one connection (one TLS handshake) per write, nearly 200 at once.
 _BACKGROUND_WRITES = 16
-# Bindings keep their connections longer than aiohttp's 15 s, so that a gang binding after a quiet
-# spell finds them open.
-_BIND_KEEPALIVE_SECONDS = 120.0
 
 
 class ApiError(Exception):
@@ -114,13 +113,14 @@ def read_json(creds: Credentials, path: str, timeout: float) -> dict[str, Any]:
 class KubeClient:
     def __init__(self, credentials: Credentials, background_writes: int = _BACKGROUND_WRITES,
                  metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
+                 bind_tiers: BindTiers | None = None) -> None:
         """``background_writes`` caps the writes in flight besides bindings; ``metrics`` (optional)
         counts Events by result; ``clock`` (intervals) and ``wall`` (timestamps written) are
-        injectable for tests."""
+        injectable for tests, and so are the bindings' connection tiers."""
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
-        self._bind_session: aiohttp.ClientSession | None = None
+        self.binds = BindConnections(credentials.ssl_context, self._new_session, bind_tiers or BindTiers())
         self._write_limit = asyncio.Semaphore(background_writes)
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
@@ -135,15 +135,6 @@ class KubeClient:
             self._session = self._new_session(connector)
         return self._session
 
-    @property
-    def bind_session(self) -> aiohttp.ClientSession:
-        """Bindings only, on connections of their own: a gang's bindings never wait for a
-        connection behind Quorum's other requests, and rarely for a new one."""
-        if self._bind_session is None:
-            self._bind_session = self._new_session(aiohttp.TCPConnector(
-                ssl=self.credentials.ssl_context, limit=100, keepalive_timeout=_BIND_KEEPALIVE_SECONDS))
-        return self._bind_session
-
     def _new_session(self, connector: aiohttp.TCPConnector) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(base_url=None, connector=connector, headers=self.credentials.headers,
                                      json_serialize=lambda o: orjson.dumps(o).decode())
@@ -151,16 +142,16 @@ class KubeClient:
     def set_token(self, token: str) -> None:
         """Send ``token`` from now on (a rotated ServiceAccount token); open watches keep theirs."""
         self.credentials.headers["Authorization"] = f"Bearer {token}"
-        for session in (self._session, self._bind_session):
+        for session in [self._session, *self.binds.sessions()]:
             if session is not None:
                 session.headers["Authorization"] = f"Bearer {token}"
 
     async def close(self) -> None:
         await self.events.close()  # before the session: its last writes need it
-        for session in (self._session, self._bind_session):
-            if session is not None:
-                await session.close()
-        self._session = self._bind_session = None
+        if self._session is not None:
+            await self._session.close()
+        self._session = None
+        await self.binds.close()
 
     def _url(self, path: str) -> str:
         return self.credentials.host + path
@@ -242,8 +233,8 @@ class KubeClient:
             body["metadata"]["uid"] = uid
         path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
         try:
-            async with self.bind_session.post(self._url(path), data=orjson.dumps(body),
-                                              headers={"Content-Type": "application/json"}) as resp:
+            async with self.binds.lease() as session, session.post(
+                    self._url(path), data=orjson.dumps(body), headers=_JSON) as resp:
                 if resp.status in (200, 201):
                     return
                 text = await resp.read()
@@ -264,7 +255,8 @@ class KubeClient:
         raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
 
     async def _get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        async with self.bind_session.get(self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
+        async with self.binds.lease() as session, session.get(
+                self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
             if resp.status != 200:
                 return None
             result: dict[str, Any] = orjson.loads(await resp.read())

@@ -262,6 +262,11 @@ class FakeApiserver(FakeActions):
         self.slow: list[float] = []
         self.in_flight = 0
         self.most_in_flight = 0
+        self.connections: list[asyncio.BaseTransport] = []  # each connection a request came on
+
+    def open_connections(self) -> int:
+        """How many of the connections requests came on are still open."""
+        return sum(1 for transport in self.connections if not transport.is_closing())
 
     # ------------------------------------------------------------------ the client's reads
     async def get_json(self, path: str) -> dict[str, Any] | None:
@@ -356,6 +361,8 @@ class FakeApiserver(FakeActions):
         self.requests.append(Request(request.method, request.path, dict(request.query),
                                      request.content_type, json.loads(raw) if raw else None,
                                      request.headers.get("Authorization", "")))
+        if request.transport is not None and request.transport not in self.connections:
+            self.connections.append(request.transport)
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp.test_utils import TestServer
 
+from extender.adapters.bind_connections import BindTiers
 from extender.adapters.events import EventRecorder
 from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.cache import ClusterCache
@@ -170,7 +171,7 @@ class KubeWorld:
 
 
 @asynccontextmanager
-async def kube_world() -> AsyncIterator[KubeWorld]:
+async def kube_world(bind_tiers: BindTiers | None = None) -> AsyncIterator[KubeWorld]:
     """A fake apiserver on a loopback port and a client (with metrics and a fixed clock) using it."""
     api = FakeApiserver()
     server = TestServer(api.app())
@@ -178,7 +179,7 @@ async def kube_world() -> AsyncIterator[KubeWorld]:
     clock, metrics = Clock(), Metrics()
     host = str(server.make_url("")).rstrip("/")
     client = KubeClient(Credentials(host, False, {"Accept": "application/json"}), metrics=metrics,
-                        clock=clock, wall=clock)
+                        clock=clock, wall=clock, bind_tiers=bind_tiers)
     client.gang_writes.settle_seconds = 0.0  # each condition write at once (test_kube_effects: the settling)
     try:
         yield KubeWorld(api, client, clock, metrics)
