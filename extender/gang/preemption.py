@@ -45,11 +45,13 @@ class OfferedVictims:
         self._offered: dict[str, tuple[str, float]] = {}  # uid -> (gang, until)
 
     def leaving(self, core: Core, gang: str, besides: set[str]) -> int:
-        """Members of ``gang`` let through before, still running as the cache sees them."""
+        """Members of ``gang`` let through before, still running as ``running_count`` counts them:
+        bound in the cache, or bound by Quorum with the watch not showing it yet (forgetting those
+        let the next answer give away a second member of a gang one over its quorum)."""
         now = core.clock()
         pods = core.cache.pods
         self._offered = {uid: (g, until) for uid, (g, until) in self._offered.items()
-                         if until > now and uid in pods and runs(pods[uid])}
+                         if until > now and uid in pods and (runs(pods[uid]) or core.ledger.is_inflight(uid))}
         return sum(1 for uid, (g, _) in self._offered.items() if g == gang and uid not in besides)
 
     def note(self, core: Core, kept: Victims) -> None:
