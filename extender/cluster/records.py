@@ -13,6 +13,7 @@ from typing import Any
 
 from ..topology.apart import MembersApart
 from .affinity import members_apart
+from .dra.demand import pod_claim_refs
 from .resources import PODS, Resources, parse_resource_list, pod_requests
 
 
@@ -83,6 +84,9 @@ class PodRecord:
     part: str = ""  # the native PodGroup its spec.schedulingGroup names ("ns/name"; a composite's part)
     # A device claim it shares with its gang mates (dra/inventory.py): they all run on one node.
     shared_claim: SharedClaim | None = None
+    # (claim, template) per spec.resourceClaims entry: a pod known only from kube-scheduler's request
+    # is given the demand these would have (dra/accounting.py), since the cache has not counted it.
+    claim_refs: tuple[tuple[str, str], ...] = ()
 
     @property
     def key(self) -> str:
@@ -274,6 +278,7 @@ def pod_record(obj: dict[str, Any], gang_key: str | None, yielding_gang: str | N
         node_selector=_node_selector(spec.get("nodeSelector")),
         kueue_admitted=KUEUE_PODSET_LABEL in (meta.get("labels") or ()),
         part=_scheduling_group(meta, spec),
+        claim_refs=pod_claim_refs(spec, status) if spec.get("resourceClaims") else (),
     )
 
 

@@ -148,7 +148,7 @@ class Coordinator:
         if known is not None:
             pod = known  # the cache's view of the pod (and of its gang) wins over the request's
         else:
-            pod = self.cache.filing.resolve(pod)
+            pod = self.cache.device_accounting.for_request(self.cache.filing.resolve(pod))
             self.binder.note_pod(pod)  # its bind may come before the watch shows it
         key = pod.gang_key
         if key is None:

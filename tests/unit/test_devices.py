@@ -18,7 +18,7 @@ from .dra_objects import (
     with_claim,
     with_template,
 )
-from .fixtures import World, bound, gang_pod
+from .fixtures import World, bound, gang_pod, typed
 
 KIND = f"devices:{DRIVER}"
 SOURCES = {s.name: s for s in DEVICE_SOURCES}
@@ -229,3 +229,18 @@ def test_devices_alike_in_what_a_selector_reads_share_one_evaluation() -> None:
     evaluations.clear()
     assert [inventory.node_free(f"n{n}").get(KIND, 0) for n in range(3)] == [8, 8, 8]
     assert len(evaluations) == 24
+
+
+async def test_a_device_pod_the_watch_has_not_delivered_is_placed_with_its_claims_demand() -> None:
+    """Found by the device machine (seed 57, 1,000 examples): kube-scheduler asked about a pod
+    before Quorum's watch delivered it, and Quorum placed it on its containers' requests alone, on
+    a node whose devices were all taken; then kube-scheduler allocated its claim there."""
+    world, feed = dra_world(device_nodes=2)
+    feed.upsert(SOURCES["resourceclaims"], claim("other", exactly(8), owner_uid="uid-elsewhere",
+                                                 allocated_on=world.names[0], devices=range(8)))
+    late = with_template(gang_pod("late", gang="late", min_count=1, gpus=0), "t4")
+    assert world.coordinator.filter(*typed(late), world.names).passing == [world.names[1]]
+    assert world.coordinator.reservation_of("ml/late") == {"uid-late": world.names[1]}
+    too_big = with_template(gang_pod("big", gang="big", min_count=1, gpus=0), "t8")
+    decision = world.coordinator.filter(*typed(too_big), world.names)
+    assert decision.passing == [] and "8 gpu.example.com devices" in decision.reason, decision.reason

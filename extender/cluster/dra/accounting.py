@@ -38,6 +38,15 @@ class DeviceAccounting:
         record.shared_claim = self.inventory.shared_claim(record.uid)
         return changes
 
+    def for_request(self, record: PodRecord) -> PodRecord:
+        """A pending pod known only from kube-scheduler's request, with the device demand its claims
+        would have: placed on its containers' requests alone, it could be given a node whose
+        devices are taken (Quorum never guesses that devices fit)."""
+        if not record.claim_refs or not record.pending or record.uid in self._pods:
+            return record
+        demand = self.inventory.demand(record.uid, (record.namespace, record.claim_refs))
+        return dataclasses.replace(record, requests=add(record.requests, demand)) if demand else record
+
     def regang(self, record: PodRecord) -> Changes:
         """A pod filed in another gang without being delivered again (``cache._refile``)."""
         if not self.inventory.has_pod(record.uid):

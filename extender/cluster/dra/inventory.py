@@ -1,22 +1,19 @@
 """Free DRA devices per node, and the device demand of each pending pod (the one place both are kept).
 
-The cache feeds this inventory with ResourceSlices, ResourceClaims, ResourceClaimTemplates,
-DeviceClasses and the claim references of pods. It answers two questions, both as resource maps
-the placement code already understands (names under ``devices:``, see ``demand.py``):
-
-* ``node_free(node)``: per device kind, how many devices (or whole requests) the node can still give;
-* ``demand(uid)``: what a pending pod's claims ask for.
+The cache feeds it ResourceSlices, ResourceClaims, their templates, DeviceClasses and pods' claim
+references. It answers, as resource maps under ``devices:`` (``demand.py``): ``node_free(node)``,
+per device kind how many devices (or whole requests) the node can still give, and ``demand(uid)``,
+what a pending pod's claims ask for (or would, for a pod the watch has not delivered yet).
 
 Who owns an allocated device: kube-scheduler allocates a pod's claim in Reserve/PreBind, before it
 asks Quorum to bind, and a failed bind leaves the allocation in place. A device allocated to a claim
 whose only user is a *pending* pod is therefore counted as free, and that pod keeps its demand: the
-pod's reservation in Quorum's ledger is what holds it. Once the pod is bound (or the claim has other
-users, or users Quorum does not know), the devices are taken and the pod demands nothing more.
-Counting it both ways would over-commit the node for the whole time a gang's binds are held.
+pod's reservation in Quorum's ledger holds it. Once the pod is bound (or the claim has other or
+unknown users), the devices are taken and the pod demands nothing more; counting both ways would
+over-commit the node while a gang's binds are held.
 
-Kinds are measured independently on a node; kube-scheduler picks the actual devices. Requests of
-different kinds that select overlapping devices on one node can be over-estimated here; the in-tree
-DRA filter, which runs before Quorum is asked, then keeps the pod off that node.
+Kinds are measured apart on a node, and kube-scheduler picks the devices: requests of kinds that
+overlap on a node can be over-estimated, and the in-tree DRA filter (run first) keeps the pod off.
 """
 
 from __future__ import annotations
@@ -306,14 +303,19 @@ class DeviceInventory:
         """Whether every member sharing a claim is still pending (``_gang_users`` knows them all)."""
         return all(not self._pods[m].bound for m in mates)
 
-    def demand(self, uid: str) -> Resources:
-        """What a pending pod's claims ask for (empty for pods without claims and bound pods)."""
+    def demand(self, uid: str, unseen: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> Resources:
+        """What a pending pod's claims ask for (empty for pods without claims and bound pods);
+        ``unseen``: the namespace and claim references of a pending pod the watch has not delivered."""
         pod = self._pods.get(uid)
-        if pod is None or pod.bound:
+        if unseen is not None:
+            namespace, refs = unseen
+        elif pod is not None and not pod.bound:
+            namespace, refs = pod.namespace, pod.refs
+        else:
             return {}
         total: Resources = {}
-        for claim_name, template in pod.refs:
-            requests = self._requests_of(pod.namespace, claim_name, template, uid)
+        for claim_name, template in refs:
+            requests = self._requests_of(namespace, claim_name, template, uid)
             add_demand(total, [self.catalog.check(r) for r in requests])
         return total
 
@@ -371,12 +373,10 @@ class DeviceInventory:
         return out
 
     def _is_free(self, ident: Ident) -> bool:
-        key = self._allocated.get(ident)
-        if key is None:
+        claim = self._claims.get(self._allocated.get(ident, ""))
+        if claim is None:  # not allocated, or to a claim not seen
             return True
-        claim = self._claims.get(key)
-        if claim is None:
-            return True
+        key = self._allocated[ident]
         mates = self._gang_users(key, claim)
         if mates is not None:  # held by the carrier's demand while no mate is bound
             return self._none_bound(mates)
