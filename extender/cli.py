@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import logging
+import os
 import sys
 from collections.abc import AsyncIterator, Sequence
 
@@ -14,6 +15,7 @@ from aiohttp import web
 from . import config as cfg
 from . import logs
 from .adapters import status
+from .adapters.event_loop import chosen_loop, new_event_loop
 from .adapters.heap_trim import heap_trimmer, trim_heap_periodically
 from .adapters.informer import Informer
 from .adapters.kube import Credentials, KubeClient, load_credentials
@@ -117,7 +119,8 @@ def build(config: cfg.Config) -> web.Application:
         log.info("started", extra={"host": config.host, "port": config.port, "https": reloader is not None,
                                    "mtls": bool(config.tls and config.tls.client_ca_file),
                                    "metricsPort": config.metrics_port or config.port,
-                                   "levels": [lvl.name for lvl in config.levels]})
+                                   "levels": [lvl.name for lvl in config.levels],
+                                   "eventLoop": type(asyncio.get_running_loop()).__module__.split(".")[0]})
         yield
         for task in (reloads, tokens, lag, trims):
             if task is not None:
@@ -149,6 +152,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except cfg.ConfigError as exc:
         print(f"quorum-extender: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    try:
+        loop = new_event_loop(chosen_loop(os.environ))
+    except ValueError as exc:
+        print(f"quorum-extender: {exc}", file=sys.stderr)
+        return 2
+    asyncio.set_event_loop(loop)  # anything built below that asks for the loop gets this one
     logs.setup(config.log_level, config.log_format)
     try:
         app = build(config)
@@ -159,6 +168,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"quorum-extender: cannot load Kubernetes credentials: {exc}", file=sys.stderr)
         return 2
     reloader = app.get(TLS_RELOADER)
-    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None,
+    web.run_app(app, host=config.host, port=config.port, access_log=None, print=None, loop=loop,
                 handle_signals=True, ssl_context=reloader.listener if reloader is not None else None)
     return 0

@@ -3,15 +3,30 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Mapping
 
 import pytest
+import uvloop
 
 from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import CacheEvent
 
 from .fixtures import LEVEL_LABELS, KubeWorld, kube_world, topology_nodes
 from .server_stack import Stack, StackFactory, stack_factories
+
+EVENT_LOOPS: Mapping[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop,
+    "uvloop": uvloop.new_event_loop,
+}
+STANDARD_LOOP = {"asyncio": asyncio.new_event_loop}
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> \
+        Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Tests marked ``event_loops`` run on both loops: uvloop, which Quorum runs on, and the standard
+    one it falls back to (``QUORUM_EVENT_LOOP=asyncio``). Every other test keeps the standard loop."""
+    return EVENT_LOOPS if item.get_closest_marker("event_loops") else STANDARD_LOOP
 
 
 @pytest.fixture

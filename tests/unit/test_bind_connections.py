@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from extender.adapters.bind_connections import BindTiers
 
 from .fake_apiserver import FakeApiserver
 from .fixtures import kube_world
+
+pytestmark = pytest.mark.event_loops
 
 BINDING = "/api/v1/namespaces/ml/pods/p{}/binding"
 

@@ -22,6 +22,8 @@ from extender.metrics import Metrics
 from .fake_apiserver import NODES, PODGROUPS, PODS, EndWatch, FakeApiserver
 from .fixtures import LEVEL_LABELS, bound, make_node, make_pod, make_podgroup
 
+pytestmark = pytest.mark.event_loops
+
 
 def with_rv(obj: dict[str, Any], rv: str) -> dict[str, Any]:
     obj["metadata"]["resourceVersion"] = rv

@@ -21,6 +21,8 @@ from .fixtures import (
 from .server_stack import Stack, StackFactory
 from .test_server import ALL_NAMES, _histogram_count, assert_serves_good_request, plain_pod
 
+pytestmark = pytest.mark.event_loops
+
 SMALL_LIMIT = 2048
 
 # --------------------------------------------------------------------------- bad input

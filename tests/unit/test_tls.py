@@ -25,6 +25,8 @@ from ..certs import Pair, Pki, free_port, make_leaf, make_pki
 from .fake_apiserver import FakeActions
 from .fixtures import LEVEL_LABELS, topology_nodes
 
+pytestmark = pytest.mark.event_loops
+
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
