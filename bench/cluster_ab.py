@@ -8,6 +8,9 @@ run is ``bench/cluster_bench.py --reps 1`` (its pair in the same order each time
 are git worktrees under ``.cache/bench/revisions/``. Quorum is left running from this checkout.
 
     python bench/cluster_ab.py --revisions 44f884f,HEAD --workloads W5 --reps 2   # cluster already up
+
+A revision may carry environment variables for Quorum after a ``+``, to compare settings of one
+revision side by side: ``--revisions HEAD,HEAD+QUORUM_EVENT_LOOP=asyncio``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 import time
 import urllib.request
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,9 @@ _STARTED: dict[int, subprocess.Popen[bytes]] = {}  # Quorums this process starte
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--revisions", required=True, help="comma-separated git revisions, two or more")
+    p.add_argument("--revisions", required=True,
+                   help="comma-separated git revisions, two or more, each optionally followed by "
+                        "+NAME=VALUE environment variables for Quorum (REV+A=1+B=2)")
     p.add_argument("--workloads", default="W1", help="comma-separated subset of W1..W6")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "ab", help="a JSON file per run")
@@ -49,6 +55,27 @@ def git(*words: str) -> str:
                           check=True).stdout.strip()
 
 
+@dataclass(frozen=True)
+class Variant:
+    """One side of the comparison: a revision's checkout, and what Quorum's environment adds."""
+
+    label: str  # the short hash, then the variables: printed and kept in the figures
+    tag: str  # the same, safe in a namespace name and a file name
+    directory: Path
+    env: dict[str, str]
+
+
+def variants(specs: str) -> list[Variant]:
+    out: list[Variant] = []
+    for i, spec in enumerate(specs.split(",")):
+        revision, *pairs = spec.split("+")
+        env = dict(pair.split("=", 1) for pair in pairs)
+        short, directory = checkout(revision)
+        label = "+".join([short, *(f"{k}={v}" for k, v in env.items())])
+        out.append(Variant(label, f"{short}-v{i}" if env else short, directory, env))
+    return out
+
+
 def checkout(revision: str) -> tuple[str, Path]:
     """The revision's short hash and a worktree of it (made on first use)."""
     short = git("rev-parse", "--short", revision)
@@ -58,15 +85,17 @@ def checkout(revision: str) -> tuple[str, Path]:
     return short, path
 
 
-def restart_quorum(directory: Path) -> None:
+def restart_quorum(directory: Path, env_set: dict[str, str] | None = None,
+                   env_unset: frozenset[str] = frozenset()) -> None:
     """Stop the cluster's Quorum and start the code in ``directory`` with its arguments and
-    environment (``python -m extender`` imports the package from the working directory)."""
+    environment (``python -m extender`` imports the package from the working directory), less
+    ``env_unset``, plus ``env_set``."""
     pid = cb_procs.pid_of("quorum")
     if pid is None:
         raise RuntimeError("Quorum is not running (start the cluster with hack/cluster-up.sh)")
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
     pairs = (e.decode().partition("=") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
-    env = {name: value for name, _, value in pairs}
+    env = {name: value for name, _, value in pairs if name not in env_unset} | (env_set or {})
     os.kill(pid, signal.SIGTERM)
     ours = _STARTED.pop(pid, None)
     if ours is not None:  # our child: reaped here, or its zombie would look alive below
@@ -95,15 +124,16 @@ def restart_quorum(directory: Path) -> None:
     raise RuntimeError(f"Quorum from {directory} did not become ready")
 
 
-def one_revision(short: str, directory: Path, rep: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    restart_quorum(directory)
-    out = args.out / f"{short}-{rep}.json"
+def one_revision(variant: Variant, rep: int, args: argparse.Namespace,
+                 env_unset: frozenset[str]) -> list[dict[str, Any]]:
+    restart_quorum(variant.directory, variant.env, env_unset)
+    out = args.out / f"{variant.tag}-{rep}.json"
     subprocess.run([sys.executable, str(ROOT / "bench" / "cluster_bench.py"), "--workloads", args.workloads,
-                    "--reps", "1", "--tag", f"{short}-{rep}", "--out", str(out)], check=True,
+                    "--reps", "1", "--tag", f"{variant.tag}-{rep}", "--out", str(out)], check=True,
                    stdout=subprocess.DEVNULL)
     rows: list[dict[str, Any]] = json.loads(out.read_bytes())
     for row in rows:
-        row.update(revision=short, ab_rep=rep)
+        row.update(revision=variant.label, ab_rep=rep)
     return rows
 
 
@@ -134,16 +164,17 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    revisions = [checkout(r) for r in args.revisions.split(",")]
+    sides = variants(args.revisions)
+    env_unset = frozenset(name for side in sides for name in side.env)  # no side inherits another's
     rows: list[dict[str, Any]] = []
     try:
         for rep in range(args.reps):
-            for short, directory in revisions if rep % 2 == 0 else revisions[::-1]:
-                print(f"repetition {rep}: Quorum at {short}", flush=True)
-                rows += one_revision(short, directory, rep, args)
+            for side in sides if rep % 2 == 0 else sides[::-1]:
+                print(f"repetition {rep}: Quorum at {side.label}", flush=True)
+                rows += one_revision(side, rep, args, env_unset)
                 (args.out / "all.json").write_bytes(json.dumps(rows, indent=1).encode())
     finally:
-        restart_quorum(ROOT)
+        restart_quorum(ROOT, env_unset=env_unset)
     print(f"\nKubernetes cluster of this checkout ({git('rev-parse', '--short', 'HEAD')}), "
           f"{os.cpu_count()} CPUs, {args.reps} reps; figures in {args.out}\n")
     print("\n".join(summary(rows)))
