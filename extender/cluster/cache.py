@@ -227,7 +227,7 @@ class ClusterCache:
             return
         gang_key = self.filing.gang_key(uid, obj)
         record = pod_record(obj, gang_key)
-        moved = self._devices_changed(self.device_accounting.with_devices(record, obj))
+        moved = self._devices_changed(self.device_accounting.with_devices(record))
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
         self._replace_pod(old, record, left_gang)

@@ -9,11 +9,10 @@ shared, never copied) and says whether free capacity can have moved: the cache k
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ..records import PodRecord
 from ..resources import Resources, add
-from .demand import field_of, is_device_key
+from .demand import is_device_key
 from .inventory import ALL_NODES, Changes, DeviceInventory
 
 
@@ -24,14 +23,13 @@ class DeviceAccounting:
         self._pods = pods
         self._free = free
 
-    def with_devices(self, record: PodRecord, obj: dict[str, Any]) -> Changes:
+    def with_devices(self, record: PodRecord) -> Changes:
         """Add a pending pod's device demand to its requests; returns what its claims moved, for
         the cache to ``settle``."""
-        spec, status = field_of(obj, "spec"), field_of(obj, "status")
-        if not spec.get("resourceClaims") and not self.inventory.has_pod(record.uid):
+        if not record.claim_refs and not self.inventory.has_pod(record.uid):
             return Changes(set(), set())
-        changes = self.inventory.set_pod(record.uid, record.namespace, spec, status, bound=not record.pending,
-                                         gang=record.gang_key or "")
+        changes = self.inventory.set_pod(record.uid, record.namespace, record.claim_refs,
+                                         bound=not record.pending, gang=record.gang_key or "")
         demand = self.inventory.demand(record.uid)
         if demand:
             record.requests = add(record.requests, demand)

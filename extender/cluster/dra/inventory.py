@@ -37,7 +37,6 @@ from .demand import (
     key_of,
     name_of,
     parse_requests,
-    pod_claim_refs,
     selectors_of,
 )
 from .match import DeviceCatalog
@@ -209,11 +208,11 @@ class DeviceInventory:
         return Changes({ALL_NODES}, set(self._pods))
 
     # --- pods ----------------------------------------------------------------------------
-    def set_pod(self, uid: str, namespace: str, spec: Mapping[str, Any], status: Mapping[str, Any],
-                bound: bool, gang: str = "") -> Changes:
-        """Note a pod's claim references: the nodes whose free devices this moved, and the other
-        pods naming the same claims (whether a claim is shared, and by whom, decides their demand)."""
-        refs = pod_claim_refs(spec, status)
+    def set_pod(self, uid: str, namespace: str, refs: tuple[tuple[str, str], ...], bound: bool,
+                gang: str = "") -> Changes:
+        """Note a pod's claim references (``pod_claim_refs``, kept on its record): the nodes whose
+        free devices this moved, and the other pods naming the same claims (whether a claim is
+        shared, and by whom, decides their demand)."""
         old = self._pods.get(uid)
         if old is not None and old.refs == refs and old.bound == bound and old.gang == gang:
             return Changes(set(), set())
