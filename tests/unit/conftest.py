@@ -24,8 +24,8 @@ STANDARD_LOOP = {"asyncio": asyncio.new_event_loop}
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> \
         Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
-    """Tests marked ``event_loops`` run on both loops: uvloop, which Quorum runs on, and the standard
-    one it falls back to (``QUORUM_EVENT_LOOP=asyncio``). Every other test keeps the standard loop."""
+    """Tests marked ``event_loops`` run on both loops Quorum can run on: the standard one and uvloop
+    (``QUORUM_EVENT_LOOP=uvloop``). Every other test keeps the standard loop."""
     return EVENT_LOOPS if item.get_closest_marker("event_loops") else STANDARD_LOOP
 
 

@@ -1,6 +1,6 @@
-"""The event loop Quorum runs on (``extender.adapters.event_loop``): uvloop by default, the standard
-loop on request, a clear exit for anything else; and the ``event_loops`` mark really runs a test on
-both."""
+"""The event loop Quorum runs on (``extender.adapters.event_loop``): the standard loop by default,
+uvloop on request, a clear exit for anything else; and the ``event_loops`` mark really runs a test
+on both."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from extender.adapters.event_loop import ENVIRONMENT_VARIABLE, chosen_loop, new_
 from .test_config import _run
 
 
-def test_uvloop_unless_the_standard_loop_is_asked_for() -> None:
-    assert chosen_loop({}) == "uvloop"
-    assert chosen_loop({ENVIRONMENT_VARIABLE: ""}) == "uvloop"
-    assert chosen_loop({ENVIRONMENT_VARIABLE: "asyncio"}) == "asyncio"
+def test_the_standard_loop_unless_uvloop_is_asked_for() -> None:
+    assert chosen_loop({}) == "asyncio"
+    assert chosen_loop({ENVIRONMENT_VARIABLE: ""}) == "asyncio"
+    assert chosen_loop({ENVIRONMENT_VARIABLE: "uvloop"}) == "uvloop"
 
 
 def test_an_unknown_loop_is_refused_naming_the_variable_and_the_choices() -> None:
-    expected = f"{ENVIRONMENT_VARIABLE} must be one of uvloop, asyncio, got 'trio'"
+    expected = f"{ENVIRONMENT_VARIABLE} must be one of asyncio, uvloop, got 'trio'"
     with pytest.raises(ValueError, match=expected):
         chosen_loop({ENVIRONMENT_VARIABLE: "trio"})
 
@@ -39,7 +39,7 @@ def test_each_choice_makes_its_own_loop(kind: str, loop_type: type) -> None:
 def test_the_process_exits_2_for_an_unknown_loop() -> None:
     result = _run(env={ENVIRONMENT_VARIABLE: "trio"})
     assert result.returncode == 2, result.stderr
-    assert f"{ENVIRONMENT_VARIABLE} must be one of uvloop, asyncio" in result.stderr
+    assert f"{ENVIRONMENT_VARIABLE} must be one of asyncio, uvloop" in result.stderr
 
 
 @pytest.mark.event_loops
