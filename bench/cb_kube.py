@@ -90,12 +90,14 @@ class Apiserver:
 
 class BindWatch:
     """Every pod of a namespace as the watch delivers it: when each got its node (receive time,
-    monotonic), and when each reached a terminal phase. The clock starts when the watch does."""
+    monotonic), when each was first seen running, and when each reached a terminal phase. The
+    clock starts when the watch does."""
 
     def __init__(self, api: Apiserver, namespace: str) -> None:
         self.api, self.namespace = api, namespace
         self.bound_at: dict[str, float] = {}
         self.node_of: dict[str, str] = {}
+        self.running_at: dict[str, float] = {}
         self.finished_at: dict[str, float] = {}
         self.labels: dict[str, dict[str, str]] = {}
         self._task: asyncio.Task[None] | None = None
@@ -146,7 +148,10 @@ class BindWatch:
         if node and name not in self.bound_at:
             self.bound_at[name], self.node_of[name] = now, node
             self.changed.set()
-        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed") and name not in self.finished_at:
+        phase = pod.get("status", {}).get("phase")
+        if phase == "Running" and name not in self.running_at:
+            self.running_at[name] = now
+        if phase in ("Succeeded", "Failed") and name not in self.finished_at:
             self.finished_at[name] = now
             self.changed.set()
 

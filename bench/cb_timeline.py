@@ -63,6 +63,24 @@ def summary(name: str, pods: dict[str, dict[str, Any]], nodes: int, per_node: in
             "free_while_a_gang_fitted_slot_s": round(wasted), "slot_s": round(slots * end)}
 
 
+def percentiles(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    def at(q: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
+    return {"p50": at(0.5), "p90": at(0.9), "max": ordered[-1]}
+
+
+def kubelet_lag(pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Seconds from bound to running and from running to finished, as the (fake) kubelet reported
+    them: time a node is busy that no scheduler decides. Older timelines have no ``running``."""
+    timed = [p for p in pods.values() if p.get("running") is not None and p["bound"] is not None]
+    return {"bound_to_running_s": percentiles([p["running"] - p["bound"] for p in timed]),
+            "running_to_finished_s": percentiles([p["finished"] - p["running"] for p in timed
+                                                  if p["finished"] is not None])}
+
+
 def busy_curve(pods: dict[str, dict[str, Any]], every: float = 5.0) -> list[int]:
     end = max((p["finished"] or p["bound"] or 0.0) for p in pods.values())
     return [sum(1 for p in pods.values() if p["bound"] is not None and p["bound"] <= t
@@ -78,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     for path in args.files:
         pods = load(path)
-        print(json.dumps(summary(path.stem, pods, args.nodes, args.pods_per_node)))
+        print(json.dumps(summary(path.stem, pods, args.nodes, args.pods_per_node) | kubelet_lag(pods)))
         print("  busy every 5 s:", " ".join(str(n) for n in busy_curve(pods)))
     return 0
 

@@ -189,13 +189,15 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
 
 
 def write_timeline(path: Path, watch: BindWatch, started: float) -> None:
-    """Every pod's gang, node and seconds from the scheduler's resume to bound and to finished."""
+    """Every pod's gang, node and seconds from the scheduler's resume to bound, to running (as the
+    fake kubelet reported it) and to finished."""
     path.parent.mkdir(parents=True, exist_ok=True)
     def since(at: dict[str, float], name: str) -> float | None:
         return round(at[name] - started, 3) if name in at else None
 
     pods = {name: {"gang": watch.labels[name].get(GANG_LABEL, ""), "node": watch.node_of.get(name),
-                   "bound": since(watch.bound_at, name), "finished": since(watch.finished_at, name)}
+                   "bound": since(watch.bound_at, name), "running": since(watch.running_at, name),
+                   "finished": since(watch.finished_at, name)}
             for name in watch.labels}
     path.write_bytes(json.dumps(pods).encode())
 
