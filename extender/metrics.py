@@ -115,6 +115,11 @@ class Metrics:
             "TokenRequests for Quorum's own ServiceAccount token (tokenRequest), by result.",
             ["result"], registry=r)
         self.backoffs = Counter("quorum_gang_backoffs_total", "Gangs put into backoff.", registry=r)
+        self.nudges = Counter(
+            "quorum_nudges_total",
+            "Pod annotation patches that make kube-scheduler retry a member, by result (sent; "
+            "skipped: the pod was bound or being bound by the time a write slot was free).",
+            ["result"], registry=r)
         self.requeues = Counter(
             "quorum_gang_requeues_total",
             "Started gangs evicted whole and requeued, by cause (readiness-timeout, recovery-timeout, "

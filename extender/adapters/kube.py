@@ -116,13 +116,15 @@ class KubeClient:
                  clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time,
                  bind_tiers: BindTiers | None = None) -> None:
         """``background_writes`` caps the writes in flight besides bindings; ``metrics`` (optional)
-        counts Events by result; ``clock`` (intervals) and ``wall`` (timestamps written) are
+        counts Events and nudges by result; ``clock`` (intervals) and ``wall`` (timestamps written) are
         injectable for tests, and so are the bindings' connection tiers."""
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self.binds = BindConnections(credentials.ssl_context, self._new_session, bind_tiers or BindTiers())
         self._write_limit = asyncio.Semaphore(background_writes)
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
+        self._count_nudge: Callable[[str], None] = (lambda result: None) if metrics is None else (
+            lambda result: metrics.nudges.labels(result).inc())
         self.events = EventRecorder(self.write, clock=clock, wall=wall, on_result=on_result)
         self.gang_writes = GangWrites(self.write, wall)
         self.scale_up_writes = ScaleUpWrites(self.write)
@@ -262,17 +264,23 @@ class KubeClient:
             result: dict[str, Any] = orjson.loads(await resp.read())
             return result
 
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
+    async def requeue_pods(self, pods: list[PodRecord], reason: str,
+                           wanted: Callable[[PodRecord], bool]) -> None:
         """Touch an annotation on each pending pod so kube-scheduler re-queues it now.
 
         The scheduler only retries unschedulable pods on cluster events; a reservation being made or
-        a backoff ending is invisible to it, so a pod update is the event we give it.
+        a backoff ending is invisible to it, so a pod update is the event we give it. Each pod is
+        asked ``wanted`` once a write slot is free: a pod bound while its nudge waited is skipped.
         """
         stamp = f"{time.time():.3f}"
         patch = orjson.dumps({"metadata": {"annotations": {ANNOTATION_REQUEUE: stamp}}})
 
         async def one(pod: PodRecord) -> None:
             async with self._write_limit:
+                if not wanted(pod):
+                    self._count_nudge("skipped")
+                    return
+                self._count_nudge("sent")
                 path = f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}"
                 try:
                     async with self.session.patch(

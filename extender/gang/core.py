@@ -37,7 +37,10 @@ class ClusterActions(Protocol):
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None: ...
 
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None: ...
+    async def requeue_pods(self, pods: list[PodRecord], reason: str,
+                           wanted: Callable[[PodRecord], bool]) -> None:
+        """Nudge each pod for which ``wanted`` still holds when its write is about to be sent."""
+        ...
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
                         grace_seconds: int | None = None, dry_run: bool = False) -> None:
@@ -186,7 +189,14 @@ class Core:
         Never a pod of another scheduler's profile."""
         pods = [p for p in pods if self.schedules(p)]
         if pods:
-            self.spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}"))
+            self.spawn(self.actions.requeue_pods(pods, f"gang {key}: {reason}", self.still_waiting))
+
+    def still_waiting(self, pod: PodRecord) -> bool:
+        """Whether a nudge decided earlier is still of use when it is sent: the pod is pending and
+        no bind of it is under way. Writes queue behind each other, and a nudge that lands after
+        the binding is a pod update nobody needs (the node's kubelet has to look at it, too)."""
+        current = self.cache.pods.get(pod.uid)
+        return current is not None and current.pending and not self.ledger.is_inflight(pod.uid)
 
     def pending_members(self, key: str) -> list[PodRecord]:
         return [p for p in self.cache.members(key) if p.pending]

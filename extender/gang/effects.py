@@ -7,6 +7,7 @@ owns. Keeping them here (not in the adapter) lets the core and its tests name th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,7 +65,7 @@ class NoActions:
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         return None
 
-    async def requeue_pods(self, pods: list[Any], reason: str) -> None:
+    async def requeue_pods(self, pods: list[Any], reason: str, wanted: Callable[[Any], bool]) -> None:
         return None
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,

@@ -8,6 +8,7 @@ its quorum (so preemption must protect it) and plain running pods to serve as vi
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,7 +91,8 @@ class FuzzActions(FakeActions):
             obj["status"] = {"phase": "Running"}
             self.cache.upsert_pod(obj)
 
-    async def requeue_pods(self, pods: list[PodRecord], reason: str) -> None:
+    async def requeue_pods(self, pods: list[PodRecord], reason: str,
+                           wanted: Callable[[PodRecord], bool]) -> None:
         self.requeue_count += 1
 
 

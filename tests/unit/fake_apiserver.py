@@ -110,8 +110,9 @@ class FakeActions:
             raise _bind_failed(f"binding {namespace}/{name}: Quorum restarted")
         self.binds.append((namespace, name, uid, node))
 
-    async def requeue_pods(self, pods: list[Any], reason: str) -> None:
-        self.requeues.append(([p.name for p in pods], reason))
+    async def requeue_pods(self, pods: list[Any], reason: str, wanted: Callable[[Any], bool]) -> None:
+        # As the client does once a write slot is free: a pod bound meanwhile gets no nudge.
+        self.requeues.append(([p.name for p in pods if wanted(p)], reason))
 
     async def evict_pod(self, namespace: str, name: str, uid: str, reason: str,
                         grace_seconds: int | None = None, dry_run: bool = False) -> None:

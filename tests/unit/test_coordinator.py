@@ -178,6 +178,27 @@ async def test_only_members_turned_away_before_the_placement_are_nudged_when_it_
     assert sorted(world.actions.requeued) == ["w0", "w1"]  # not w3, which was never answered
 
 
+async def test_a_nudge_is_dropped_for_a_member_bound_or_binding_before_it_is_sent() -> None:
+    """Nudges wait for a write slot behind Events and status writes; a member kube-scheduler tried
+    on its own meanwhile and that was bound (or is being bound) gets no pod update it does not need."""
+    world = World()
+    gang_of(world, 2, min_count=4, gpus=4)
+    assert world.filter("w0").passing == [] and world.filter("w1").passing == []  # 2 of 4 exist
+    for name in ("w2", "w3"):
+        world.add(gang_pod(name, gang="w", min_count=4, gpus=4))
+    assert len(world.filter("w2").passing) == 1  # placed: w0 and w1 are owed a nudge
+    reservation = world.coordinator.reservation_of("ml/w")
+    world.bind_in_cache("w0", reservation["uid-w0"])  # the watch shows w0 bound first
+    ledger = world.coordinator.core.ledger
+    ledger.mark_inflight("uid-w1", reservation["uid-w1"], world.cache.pods["uid-w1"].requests)
+    await asyncio.sleep(0.01)
+    assert world.actions.requeued == []
+    ledger.clear_inflight("uid-w1")  # that bind failed: w1 waits again
+    world.coordinator.retry.nudge_gang("ml/w", "test")
+    await asyncio.sleep(0.01)
+    assert world.actions.requeued == ["w1"]
+
+
 async def test_pods_of_another_schedulers_profile_are_never_written_to() -> None:
     """Quorum sees every gang (capacity is shared), but a gang kube-scheduler's own gang plugin
     schedules under another profile is none of its business: no nudge, even after a restart."""

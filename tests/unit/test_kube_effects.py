@@ -12,7 +12,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from extender.adapters.kube import Credentials, KubeClient
-from extender.cluster.records import GangHome
+from extender.cluster.gang_sources import ANNOTATION_REQUEUE
+from extender.cluster.records import GangHome, PodRecord
 from extender.gang.core import BindFailed, EvictionFailed
 from extender.gang.effects import GangCondition
 
@@ -360,3 +361,19 @@ async def test_a_paged_list_trims_each_page_as_it_arrives() -> None:
         await server.close()
     assert (items, version) == ([{"metadata": {}}, {"metadata": {}}], "7")
     assert trimmed == ["a", "b"] and trimmed_before_last_page == [1]
+
+
+# --------------------------------------------------------------------------- nudges
+
+
+async def test_a_nudge_patches_an_annotation_only_on_pods_still_wanted_when_sent(kube: KubeWorld) -> None:
+    waiting, bound = (PodRecord(f"uid-{n}", "ml", n, "", {}, False, False, "ml/w")
+                      for n in ("w0", "w1"))
+    await kube.client.requeue_pods([waiting, bound], "gang ml/w: reserved", lambda p: p is waiting)
+    [request] = kube.api.requests
+    assert (request.method, request.path, request.content_type) == (
+        "PATCH", "/api/v1/namespaces/ml/pods/w0", "application/merge-patch+json")
+    assert list(request.body["metadata"]["annotations"]) == [ANNOTATION_REQUEUE]
+    sample = kube.metrics.registry.get_sample_value
+    assert sample("quorum_nudges_total", {"result": "sent"}) == 1
+    assert sample("quorum_nudges_total", {"result": "skipped"}) == 1
