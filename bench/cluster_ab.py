@@ -47,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--workloads", default="W1", help="comma-separated subset of W1..W6")
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--out", type=Path, default=ROOT / ".cache" / "bench" / "ab", help="a JSON file per run")
+    p.add_argument("--timeline", type=Path, default=None, metavar="DIR",
+                   help="each run's pod timeline to DIR (cluster_bench.py --timeline)")
     return p.parse_args(argv)
 
 
@@ -128,8 +130,9 @@ def one_revision(variant: Variant, rep: int, args: argparse.Namespace,
                  env_unset: frozenset[str]) -> list[dict[str, Any]]:
     restart_quorum(variant.directory, variant.env, env_unset)
     out = args.out / f"{variant.tag}-{rep}.json"
+    timeline = ["--timeline", str(args.timeline)] if args.timeline is not None else []
     subprocess.run([sys.executable, str(ROOT / "bench" / "cluster_bench.py"), "--workloads", args.workloads,
-                    "--reps", "1", "--tag", f"{variant.tag}-{rep}", "--out", str(out)], check=True,
+                    "--reps", "1", "--tag", f"{variant.tag}-{rep}", "--out", str(out), *timeline], check=True,
                    stdout=subprocess.DEVNULL)
     rows: list[dict[str, Any]] = json.loads(out.read_bytes())
     for row in rows:
