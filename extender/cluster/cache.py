@@ -160,6 +160,8 @@ class ClusterCache:
     def upsert_node(self, obj: dict[str, Any]) -> None:
         record = node_record(obj, self.level_labels)
         old = self.nodes.get(record.name)
+        if old == record:  # a status heartbeat: nothing read moved, no cached capacity goes stale
+            return
         if old is not None and old.domains != record.domains:
             self._reindex_node(old, record)
         elif old is None:

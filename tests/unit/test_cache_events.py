@@ -53,6 +53,29 @@ def test_capacity_version_moves_only_when_free_capacity_can_change(cache: Cluste
         assert cache.capacity_version == before
 
 
+def test_a_node_heartbeat_moves_no_capacity_version_and_keeps_its_free_capacity(
+        cache: ClusterCache, events: list[CacheEvent]) -> None:
+    """kubelets (and kwok, every 20-45 s) rewrite a node's conditions with new heartbeat times; that
+    changes nothing Quorum reads, so what was computed from the node stays valid."""
+    node = make_node(N0, "b0", "b0-r0")
+    cache.upsert_node(node)
+    free_before = cache.free_on(cache.nodes[N0])[0]
+    before, seen = cache.capacity_version, len(events)
+    beat = copy.deepcopy(node)
+    beat["metadata"]["resourceVersion"] = "999"
+    beat["status"]["conditions"] = [{"type": "Ready", "status": "True",
+                                     "lastHeartbeatTime": "2026-11-28T22:00:00Z"}]
+    cache.upsert_node(beat)
+    assert cache.capacity_version == before and len(events) == seen
+    assert cache.free_on(cache.nodes[N0])[0] is free_before  # the cached figure, not a recount
+    for changed in (make_node(N0, "b0", "b0-r0", gpus=4),  # shrank
+                    {**beat, "status": {**beat["status"], "conditions": [{"type": "Ready",
+                                                                           "status": "False"}]}}):
+        before = cache.capacity_version
+        cache.upsert_node(changed)
+        assert cache.capacity_version > before
+
+
 # --------------------------------------------------------------------------- changes that can help a gang
 
 
