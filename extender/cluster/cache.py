@@ -180,9 +180,7 @@ class ClusterCache:
             self._emit(CacheEvent(NODE_READINESS, record.name))
 
     def _index_node_domains(self, node: NodeRecord, sign: int) -> None:
-        for path in node.paths:
-            if not path:
-                continue
+        for path in filter(None, node.paths):  # a level without a label has no domain
             if sign > 0:
                 self.domain_nodes[path].add(node.name)
             else:
