@@ -76,7 +76,8 @@ def kubelet_lag(pods: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """Seconds from bound to running and from running to finished, as the (fake) kubelet reported
     them: time a node is busy that no scheduler decides. Older timelines have no ``running``."""
     timed = [p for p in pods.values() if p.get("running") is not None and p["bound"] is not None]
-    return {"bound_to_running_s": percentiles([p["running"] - p["bound"] for p in timed]),
+    waits = [p["running"] - p["bound"] for p in timed]
+    return {"bound_to_running_s": percentiles(waits), "bound_not_running_slot_s": round(sum(waits)),
             "running_to_finished_s": percentiles([p["finished"] - p["running"] for p in timed
                                                   if p["finished"] is not None])}
 
