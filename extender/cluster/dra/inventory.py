@@ -305,10 +305,9 @@ class DeviceInventory:
     def demand(self, uid: str, unseen: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> Resources:
         """What a pending pod's claims ask for (empty for pods without claims and bound pods);
         ``unseen``: the namespace and claim references of a pending pod the watch has not delivered."""
-        pod = self._pods.get(uid)
         if unseen is not None:
             namespace, refs = unseen
-        elif pod is not None and not pod.bound:
+        elif (pod := self._pods.get(uid)) is not None and not pod.bound:
             namespace, refs = pod.namespace, pod.refs
         else:
             return {}
@@ -372,10 +371,10 @@ class DeviceInventory:
         return out
 
     def _is_free(self, ident: Ident) -> bool:
-        claim = self._claims.get(self._allocated.get(ident, ""))
+        key = self._allocated.get(ident, "")
+        claim = self._claims.get(key)
         if claim is None:  # not allocated, or to a claim not seen
             return True
-        key = self._allocated[ident]
         mates = self._gang_users(key, claim)
         if mates is not None:  # held by the carrier's demand while no mate is bound
             return self._none_bound(mates)
