@@ -23,14 +23,13 @@ import aiohttp
 import orjson
 
 from ..cluster.records import GangHome
-from ..gang.effects import GangCondition
+from ..gang.effects import CONDITION_MESSAGE_LIMIT, GangCondition
 from ..gang.serial import InOrder
 
 log = logging.getLogger(__name__)
 
 FIELD_MANAGER = "quorum"
 _MAX_GANGS_REMEMBERED = 4096  # gangs whose condition transition times are kept
-_CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation
 CONDITION_SETTLE_SECONDS = 1.0  # sets asked for this soon after one fold into it
 
 
@@ -94,7 +93,7 @@ class GangWrites:
             entries.append({"type": _condition_type(home, condition.type),
                             "status": "True" if condition.status else "False",
                             "reason": condition.reason,
-                            "message": condition.message[:_CONDITION_MESSAGE_LIMIT],
+                            "message": condition.message[:CONDITION_MESSAGE_LIMIT],
                             "lastTransitionTime": since})
         self._conditions[gang] = known
         while len(self._conditions) > _MAX_GANGS_REMEMBERED:

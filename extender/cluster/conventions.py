@@ -26,6 +26,7 @@ from .gang_sources import (
     ANNOTATION_REQUIRED,
     bookkeeping,
     lifecycle_overrides,
+    shown_conditions,
     spec_from_annotations,
 )
 from .records import DisruptionMode, GangHome, GangSpec, PreemptionPolicy, int32
@@ -249,7 +250,7 @@ def spec_from_native_podgroup(obj: Mapping[str, Any], api_version: str) -> GangS
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         parent=_text(spec.get("parentCompositePodGroupName")) or "",
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
-        source=f"{api_version} PodGroup",
+        source=f"{api_version} PodGroup", shown=shown_conditions(obj),
         home=GangHome(api_version, "PodGroup", "podgroups", namespace, name, conditions=True,
                       uid=_uid(obj)),
     )
@@ -269,7 +270,7 @@ def spec_from_composite(obj: Mapping[str, Any], api_version: str) -> GangSpec:
         preemption_policy=_preemption_policy(spec.get("preemptionPolicy")),
         parent=_text(spec.get("parentCompositePodGroupName")) or "",
         created=str((obj.get("metadata") or {}).get("creationTimestamp") or ""),
-        source=f"{api_version} CompositePodGroup",
+        source=f"{api_version} CompositePodGroup", shown=shown_conditions(obj),
         home=GangHome(api_version, "CompositePodGroup", "compositepodgroups", namespace, name,
                       conditions=True, uid=_uid(obj)),
     )

@@ -98,6 +98,24 @@ def bookkeeping(annotations: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def shown_conditions(obj: Mapping[str, Any]) -> tuple[tuple[str, bool, str, str], ...]:
+    """The conditions a gang's object shows, as (type, status is "True", reason, message).
+
+    Quorum compares them with what it applied: another writer (kube-scheduler's group cycle, with
+    ``GenericWorkload`` on) may have replaced one. A CompositePodGroup's ``CompositePodGroup...``
+    types are read under the PodGroup names Quorum uses for both kinds."""
+    status = obj.get("status")
+    conditions = status.get("conditions") if isinstance(status, Mapping) else None
+    out: list[tuple[str, bool, str, str]] = []
+    for c in conditions if isinstance(conditions, list) else ():
+        kind = c.get("type") if isinstance(c, Mapping) else None
+        if isinstance(kind, str) and kind:
+            kind = kind.removeprefix("Composite") if kind.startswith("CompositePodGroup") else kind
+            reason, message = str(c.get("reason") or ""), str(c.get("message") or "")
+            out.append((kind, c.get("status") == "True", reason, message))
+    return tuple(out)
+
+
 def _seconds(raw: Any) -> float | None:
     """A non-negative finite number of seconds, else None."""
     try:

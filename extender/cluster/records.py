@@ -196,6 +196,8 @@ class GangSpec:
     requeues: int = 0
     backoff_until: float = 0.0  # wall-clock seconds
     deactivated: str = ""
+    # The object's status conditions, (type, True?, reason, message) (``gang_sources.shown_conditions``).
+    shown: tuple[tuple[str, bool, str, str], ...] = ()
 
     def declaration(self) -> tuple[object, ...]:
         """What the user declared: a change here re-derives the gang (and reactivates it)."""

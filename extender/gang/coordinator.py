@@ -78,7 +78,7 @@ class Coordinator:
         self.provisioner = Provisioner(core, registry, self.retry.schedule_recheck, self.reporter.nofit)
         self.reactions = CacheReactions(core, registry, self.binder, self.retry, self.lifecycle,
                                         self.provisioner, self.queue, self._verify,
-                                        self.reporter.members_changed)
+                                        self.reporter.members_changed, self.reporter.conditions_shown)
         self._verify_each_call = config.check_invariants
         self._gates = (partial(gates.deactivated_gate, core), partial(gates.running_gate, core, registry),
                        partial(gates.already_bound_gate, core), self._reservation_gate,

@@ -30,6 +30,7 @@ CONDITION_PODS_READY = "quorum.dev/PodsReady"
 CONDITION_RECOVERING = "quorum.dev/Recovering"
 CONDITION_DEACTIVATED = "quorum.dev/Deactivated"
 CONDITION_STARTED = "quorum.dev/GangStarted"
+CONDITION_MESSAGE_LIMIT = 32768  # metav1.Condition validation: longer messages are cut here
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ class CacheReactions:
 
     def __init__(self, core: Core, registry: GangRegistry, binder: Binder, retry: Retry, lifecycle: Lifecycle,
                  provisioner: Provisioner, queue: GangQueue, verify: Callable[[str], None],
-                 members_changed: Callable[[str], None] = lambda _key: None) -> None:
+                 members_changed: Callable[[str], None] = lambda _key: None,
+                 conditions_shown: Callable[[str], None] = lambda _key: None) -> None:
         self.core = core
         self.registry = registry
         self.cache = core.cache
@@ -56,6 +57,7 @@ class CacheReactions:
         self.queue = queue
         self._verify = verify
         self._members_changed = members_changed
+        self._conditions_shown = conditions_shown
 
     def on_cache_event(self, event: CacheEvent) -> None:
         handler = self._handlers.get(event.kind)
@@ -251,6 +253,7 @@ class CacheReactions:
         if state.spec_seen is not None and state.spec_seen.declaration() == spec.declaration():
             see_declaration(state, spec)
             self.lifecycle.adopt(state, spec)  # Quorum's own bookkeeping, or a status update
+            self._conditions_shown(event.key)  # which may have replaced a condition Quorum applied
             return
         see_declaration(state, spec)
         self.lifecycle.declaration_changed(state, spec)

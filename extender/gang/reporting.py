@@ -7,7 +7,8 @@ gang of 256 does not write 256 Events per step). Repeats are aggregated by the E
 by Quorum because the scheduler's own gang handling is off in its profile), upstream's planned
 live ``PodGroupSatisfied`` (kept up to date as members come and go, not only on phase changes: a
 running gang that loses a member above ``minCount`` changes no phase) and Quorum's own.
-A condition is written only when its status, reason or message changes.
+A condition is written only when its status, reason or message changes, or when another writer
+replaced what Quorum applied (kube-scheduler's group cycle, with ``GenericWorkload`` on).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .core import Core
 from .effects import (
     CONDITION_DEACTIVATED,
     CONDITION_INITIALLY_SCHEDULED,
+    CONDITION_MESSAGE_LIMIT,
     CONDITION_PODS_READY,
     CONDITION_RECOVERING,
     CONDITION_SATISFIED,
@@ -58,6 +60,10 @@ PASSING_EVENT_SECONDS = 5.0
 # A waiting gang's shortfall goes to its conditions at most this often (its Event takes each one).
 NOFIT_CONDITION_SECONDS = 30.0
 
+# Quorum's value of a condition that another writer replaced goes back at most this often a gang.
+REASSERT_SECONDS = 30.0
+_SENT_REMEMBERED = 16  # condition values a gang remembers having sent (to tell its own echoes)
+
 # A PodGroup condition as Quorum last applied it: (status, reason, message).
 Applied = dict[str, tuple[bool, str, str]]
 
@@ -70,6 +76,8 @@ class Reported:
     conditions: Applied = field(default_factory=dict)  # applied to the PodGroup, per type
     nofit_written_at: float = -NOFIT_CONDITION_SECONDS  # when a shortfall last went to the conditions
     passing: tuple[Phase, str] | None = None  # a passing phase entered, and its note (Event deferred)
+    sent: set[tuple[str, bool, str, str]] = field(default_factory=set)  # values applied, recent ones
+    reasserted_at: float = -REASSERT_SECONDS  # when Quorum last put back a replaced condition
 
 
 class Reporter:
@@ -178,8 +186,12 @@ class Reporter:
                   if (not only or c.type == only) and applied.get(c.type) != (c.status, c.reason, c.message)]
         if not wanted:
             return
+        sent = self._reported.of(state).sent
+        if len(sent) + len(wanted) > _SENT_REMEMBERED:
+            sent.clear()
         for c in wanted:
             applied[c.type] = (c.status, c.reason, c.message)
+            sent.add((c.type, c.status, c.reason, c.message[:CONDITION_MESSAGE_LIMIT]))
         # Server-side apply owns what it is sent: the whole set goes every time, or the conditions
         # left out would be removed.
         full = [GangCondition(kind, status, reason, message)
@@ -188,6 +200,34 @@ class Reporter:
         for part in spec.parts if spec is not None else ():  # a composite's PodGroups show its state
             if part.home is not None:
                 self.core.spawn(self.core.actions.set_gang_conditions(part.home, full))
+
+    def conditions_shown(self, key: str) -> None:
+        """The gang's object changed: a condition Quorum applied may show another writer's value.
+
+        With ``GenericWorkload`` on, kube-scheduler's group cycle writes ``PodGroupInitiallyScheduled``
+        too, with its own message ("pod group is unschedulable"); as Quorum writes only when its own
+        text changes, that would hide the gang's shortfall for good. Quorum's value goes back, at
+        most once per ``REASSERT_SECONDS`` a gang: each write makes kube-scheduler retry the group
+        and write its own again, and the two would otherwise take turns without end. A value Quorum
+        sent itself is the echo of an earlier write (the newer one is on its way) and is left."""
+        state = self._registry.gangs.get(key)
+        spec = self.core.cache.gang_spec(key)
+        if state is None or spec is None or spec.home is None or not spec.home.conditions:
+            return
+        reported = self._reported.of(state)
+        applied = reported.conditions
+        replaced = {kind: (status, reason, message) for kind, status, reason, message in spec.shown
+                    if kind in applied and (kind, status, reason, message) not in reported.sent
+                    and _cut(applied[kind]) != (status, reason, message)}
+        if not replaced:
+            return
+        wait = reported.reasserted_at + REASSERT_SECONDS - self.core.clock()
+        if wait > 0:  # the timer looks again then, at the newest object
+            self._registry.timers.arm(key, Deadline.REASSERT, wait, self.conditions_shown)
+            return
+        reported.reasserted_at = self.core.clock()
+        applied.update(replaced)  # what the object shows now: Quorum's own value differs from it
+        self.conditions(state)
 
     def _wanted(self, state: GangState, applied: Applied) -> list[GangCondition]:
         text = state.reason or f"gang {state.key}: {state.phase}"
@@ -241,3 +281,8 @@ def _lifecycle_conditions(state: GangState, applied: Applied, text: str) -> list
         out.append(GangCondition(CONDITION_DEACTIVATED, bool(state.deactivated),
                                  "RequeueLimitExceeded" if state.deactivated else "Active", text))
     return out
+
+
+def _cut(value: tuple[bool, str, str]) -> tuple[bool, str, str]:
+    """A condition value as the object shows it (a long message is cut when written)."""
+    return value[0], value[1], value[2][:CONDITION_MESSAGE_LIMIT]

@@ -21,6 +21,7 @@ class Deadline(StrEnum):
     RECOVERY = "recovery"  # a recovering gang whole again (``lifecycle.py``)
     SHORTFALL = "shortfall"  # a waiting gang's newest shortfall to its conditions (``reporting.py``)
     PASSING = "passing"  # the Event of a passing phase, if the gang is still in it (``reporting.py``)
+    REASSERT = "reassert"  # conditions another writer replaced, put back (``reporting.py``)
 
 
 class GangTimers:

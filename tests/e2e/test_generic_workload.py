@@ -21,6 +21,7 @@ from collections.abc import Iterator
 import pytest
 
 from .cluster import Quorum
+from .lifecycle_support import create_podgroup
 from .scenario import Scenario
 from .scheduler_gates import Scheduler, scheduler_gates
 from .test_all_or_nothing import (
@@ -35,6 +36,7 @@ from .test_preemption import (
 from .test_queue import (
     test_the_higher_priority_gang_binds_first_when_capacity_frees_for_one as priority_first,
 )
+from .test_reasons import SCHEDULED, condition
 from .test_reasons import (
     test_a_gang_that_does_not_fit_gets_a_nofit_event_and_an_unschedulable_condition as native_nofit,
 )
@@ -81,6 +83,33 @@ def test_higher_priority_gang_first_with_the_gate_on(generic_workload: Scheduler
 
 def test_native_gang_that_does_not_fit_with_the_gate_on(group_cycle: None, scenario: Scenario) -> None:
     native_nofit(scenario)
+
+
+def test_the_shortfall_comes_back_after_kube_scheduler_writes_its_own_text(group_cycle: None,
+                                                                           scenario: Scenario) -> None:
+    """With the gate on, kube-scheduler writes ``PodGroupInitiallyScheduled`` itself after a group
+    cycle, with its own text ("pod group is unschedulable"), over Quorum's shortfall. Quorum puts
+    its text back (at most once per 30 s a gang): the messages go Quorum's, kube-scheduler's,
+    Quorum's again, where before the fix the condition kept kube-scheduler's for good."""
+    sc, topo = scenario, scenario.topo
+    why = topo.shortfall(nodes_per_rack=2)
+    if why:
+        pytest.skip(why)
+    size = topo.nodes_per_rack + 1  # whole-node members, one more than any rack has nodes
+    create_podgroup(sc.kube, sc.ns, "toobig", size, rack_label=sc.settings.rack_label, annotations={})
+    sc.create([sc.pod(f"toobig-{i}", gpus=topo.gpus_per_node, pod_group="toobig") for i in range(size)])
+    ours = f"gang {sc.ns}/toobig"
+    turns: list[bool] = []  # whose text the condition showed, Quorum's (True) or not, each change
+
+    def back_again() -> bool:
+        message = str((condition(sc, "toobig", SCHEDULED) or {}).get("message") or "")
+        if message and (not turns or turns[-1] != (ours in message)):
+            turns.append(ours in message)
+        return any(turns[i:i + 3] == [True, False, True] for i in range(len(turns)))
+
+    sc.record("turns", turns)  # the list as it grows: shown on failure too
+    sc.wait_for("Quorum's shortfall, then kube-scheduler's text, then Quorum's again", back_again, timeout=75)
+    sc.finish()
 
 
 def test_native_gang_failed_member_replaced_with_the_gate_on(group_cycle: None, scenario: Scenario) -> None:

@@ -14,7 +14,9 @@ from extender.cluster.cache_events import GANG_CHANGED, GANG_REMOVED, CacheEvent
 from extender.cluster.conventions import (
     declared_by_pod,
     gang_key_of_pod,
+    spec_from_composite,
     spec_from_crd_podgroup,
+    spec_from_native_podgroup,
     specs_from_workload_v1alpha1,
     topology_of_pod,
 )
@@ -239,3 +241,22 @@ async def test_kueue_slices_shape_the_reservation() -> None:
     per_rack = sorted(Counter(world.rack_of(node) for node in nodes.values()).values())
     assert per_rack == [2, 2], nodes
 
+
+
+def test_the_conditions_a_podgroup_shows_are_read_and_a_composites_are_named_as_a_podgroups() -> None:
+    """Quorum compares what the object shows with what it applied (reporting.conditions_shown)."""
+    group = make_podgroup("g", 2)
+    group["status"] = {"conditions": [
+        {"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable", "message": "m"},
+        {"type": "quorum.dev/PodsReady", "status": "True", "reason": "PodsReady"},
+        "not a condition", {"status": "True"}, {"type": 7}]}
+    assert spec_from_native_podgroup(group, "scheduling.k8s.io/v1beta1").shown == (
+        ("PodGroupInitiallyScheduled", False, "Unschedulable", "m"),
+        ("quorum.dev/PodsReady", True, "PodsReady", ""))
+    composite = {"metadata": {"namespace": "ml", "name": "c"}, "spec": {},
+                 "status": {"conditions": [{"type": "CompositePodGroupInitiallyScheduled", "status": "True",
+                                            "reason": "Scheduled", "message": "ok"}]}}
+    assert spec_from_composite(composite, "scheduling.k8s.io/v1alpha3").shown == (
+        ("PodGroupInitiallyScheduled", True, "Scheduled", "ok"),)
+    group["status"] = {"conditions": {"not": "a list"}}
+    assert spec_from_native_podgroup(group, "scheduling.k8s.io/v1beta1").shown == ()
