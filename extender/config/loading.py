@@ -213,7 +213,7 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     topology = _checked_section(raw, "topology", {"levels", "kueueTopology"})
     kueue_topology = _kueue_topology(topology)
     gang = _checked_section(raw, "gang", {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds",
-                                          "maxReplans"})
+                                          "maxReplans", "bindingsAtOnce"})
     http = _checked_section(raw, "http", {"maxRequestBytes", "bodyTimeoutSeconds"})
     log = _checked_section(raw, "log", {"level", "format"})
     check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug", False)
@@ -285,6 +285,7 @@ def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
         backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
         backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
         max_replans=_count(gang, "maxReplans", "gang", 3),
+        bindings_at_once=_count(gang, "bindingsAtOnce", "gang", 16),
     )
     if timings.backoff_max_seconds < timings.backoff_base_seconds:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
@@ -330,7 +331,7 @@ def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
                 raise ConfigError(f"bind-timeout: must be > 0, got {value!r}")
             g = config.gang
             changes["gang"] = GangTimings(
-                seconds, g.backoff_base_seconds, g.backoff_max_seconds, g.max_replans
+                seconds, g.backoff_base_seconds, g.backoff_max_seconds, g.max_replans, g.bindings_at_once
             )
         elif key in ("host", "kubeconfig", "log_level", "log_format"):
             changes[key] = str(value)

@@ -5,6 +5,10 @@ pod assumed while its call waits. A gang member is bound only if its gang reache
 moment (its held bind completes the quorum) or is already running (an extra member); a member
 whose reservation was released between its filter answer and its bind is refused, never bound
 alone.
+
+A gang's bindings go out together, in its turn (``bind_turns.py``). A batch that takes longer than
+``BIND_TURN_SECONDS`` no longer holds the next gang back (a slow apiserver must not stall every
+gang behind one).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from ..cluster.composites import parts_short
 from ..cluster.records import PodRecord
 from ..cluster.resources import Resources
 from ..topology.placement import fits
+from .bind_turns import BindTurns
 from .core import Core
 from .registry import GangRegistry
 from .state import GangState, HeldBind, drop_held, hold_bind, take_held
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 # Pods filtered before the watch delivered them, as the filter call showed them: enough to know
 # the gang and the requests of their bind call.
 RECENT_PODS_LIMIT = 10_000
+# A gang's batch of bindings holds its turn at most this long.
+BIND_TURN_SECONDS = 2.0
 
 
 class Binder:
@@ -34,6 +41,7 @@ class Binder:
         self.core = core
         self.registry = registry
         self._recent_pods: OrderedDict[str, PodRecord] = OrderedDict()  # uid -> pod at filter (bounded)
+        self._turns = BindTurns(core.config.gang.bindings_at_once)
 
     def note_pod(self, pod: PodRecord) -> None:
         """Remember a pod seen at filter before the watch delivered it: its bind may come first, and
@@ -205,14 +213,26 @@ class Binder:
         log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": running})
         core.spawn(self._bind_all(state, held, counted))
 
+    async def _in_turn(self, held: list[HeldBind]) -> list[object]:
+        """Send the batch in the gang's turn; each binding's result, or the exception it raised."""
+        actions = self.core.actions
+
+        def send() -> asyncio.Future[list[object]]:  # the bindings start when this is called
+            return asyncio.gather(*(actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node)
+                                    for h in held), return_exceptions=True)
+        await self._turns.take(len(held))
+        try:
+            batch = send()
+            await asyncio.wait((batch,), timeout=BIND_TURN_SECONDS)
+        finally:
+            self._turns.give_back(len(held))
+        return await batch
+
     async def _bind_all(self, state: GangState, held: list[HeldBind], counted: bool) -> None:
         core = self.core
         started = core.clock()
         try:
-            results = await asyncio.gather(
-                *(core.actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node) for h in held),
-                return_exceptions=True,
-            )
+            results = await self._in_turn(held)
         finally:
             if counted:
                 state.binds_in_flight -= len(held)

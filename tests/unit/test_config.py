@@ -42,6 +42,7 @@ gang:
   backoffBaseSeconds: 2.5
   backoffMaxSeconds: 120
   maxReplans: 5
+  bindingsAtOnce: 8
 lifecycle: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60}
 starvation: {claimAfterSeconds: 30}
 preemption: {enabled: true}
@@ -81,7 +82,7 @@ def test_defaults() -> None:
         ("rack", "topology.quorum.dev/rack"),
         ("host", "kubernetes.io/hostname"),
     ]
-    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3)
+    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 16)
     assert config.max_request_bytes == 32 * 1024 * 1024
     assert (config.log_level, config.log_format) == ("info", "json")
 
@@ -105,7 +106,7 @@ def test_full_file(tmp_path: Path) -> None:
         TopologyLevel("rack", "topology.quorum.dev/rack"),
         TopologyLevel("hostname", "kubernetes.io/hostname"),  # name defaults to the label's last part
     )
-    assert config.gang == GangTimings(45.0, 2.5, 120.0, 5)
+    assert config.gang == GangTimings(45.0, 2.5, 120.0, 5, 8)
     assert config.max_request_bytes == 4194304
     assert (config.log_level, config.log_format) == ("debug", "text")
     assert config.autoscaling.provisioning_requests is True
@@ -199,6 +200,8 @@ INVALID = [
     ("gang.backoffMaxSeconds", [300], "gang.backoffMaxSeconds"),
     ("gang.maxReplans", -1, "gang.maxReplans"),
     ("gang.maxReplans", "3", "gang.maxReplans"),
+    ("gang.bindingsAtOnce", -1, "gang.bindingsAtOnce"),
+    ("gang.bindingsAtOnce", 1.5, "gang.bindingsAtOnce"),
     ("gang.timeout", 30, "gang.timeout"),
     ("gang", 30, "gang"),
     ("lifecycle.podsReadyTimeoutSeconds", -1, "lifecycle.podsReadyTimeoutSeconds"),
