@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import ssl
 import subprocess
@@ -357,18 +358,44 @@ def audit_since(offset: int, namespace: str
     return writes, binds, received
 
 
-def start_profiler(directory: Path, name: str) -> subprocess.Popen[bytes]:
-    """py-spy on Quorum from now until ``stop_profiler`` (50 samples a second, raw stacks)."""
-    directory.mkdir(parents=True, exist_ok=True)
-    pid = pid_of("quorum")
-    return subprocess.Popen(["py-spy", "record", "-p", str(pid), "--rate", "50", "--format", "raw",
-                             "--nonblocking", "-o", str(directory / f"{name}.txt")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+class Profiler:
+    """Quorum's stacks from ``start_profiler`` to ``stop``: py-spy's wall-clock samples, or with
+    ``cpu`` the CPU-time samples of bench/cpu_sampler.py, which Quorum must have been started under
+    (``QUORUM_LAUNCH="bench/cpu_sampler.py --"`` for hack/cluster-up.sh)."""
+
+    def __init__(self, directory: Path, name: str, cpu: bool) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.target, self.pid = directory / f"{name}.txt", pid_of("quorum")
+        self.spy: subprocess.Popen[bytes] | None = None
+        if self.pid is None:
+            raise RuntimeError("Quorum is not running: nothing to profile")
+        if cpu:
+            os.kill(self.pid, signal.SIGUSR1)  # forget what was sampled before the run
+        else:
+            self.spy = subprocess.Popen(["py-spy", "record", "-p", str(self.pid), "--rate", "50", "--format",
+                                         "raw", "--nonblocking", "-o", str(self.target)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def stop(self) -> None:
+        if self.spy is not None:
+            self.spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            self.spy.wait(timeout=60)
+            return
+        samples = CLUSTER_DIR / "quorum-cpu.txt"  # cpu_sampler.py's default --out
+        before = samples.stat().st_mtime_ns if samples.exists() else 0
+        assert self.pid is not None
+        os.kill(self.pid, signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not (samples.exists() and samples.stat().st_mtime_ns != before):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no CPU samples in {samples}: is Quorum under bench/cpu_sampler.py?")
+            time.sleep(0.1)
+        shutil.copyfile(samples, self.target)
 
 
-def stop_profiler(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
-    proc.wait(timeout=60)
+def start_profiler(directory: Path, name: str, cpu: bool = False) -> Profiler:
+    """Sample Quorum from now until the profiler's ``stop`` (see ``Profiler``)."""
+    return Profiler(directory, name, cpu)
 
 
 def profile_summary(path: Path, top: int = 25) -> list[str]:

@@ -87,6 +87,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--profile-quorum", type=Path, default=None, metavar="DIR",
                    help="sample Quorum with py-spy (pip install py-spy) while kube-scheduler works "
                         "through each Q and Vq run; raw stacks and a summary go to DIR")
+    p.add_argument("--profile-cpu", action="store_true",
+                   help="with --profile-quorum: count Quorum's CPU time instead of py-spy's wall-clock "
+                        "samples (Quorum started under bench/cpu_sampler.py; see its docstring)")
     p.add_argument("--configs", default="", help="comma-separated configurations to run (default: every one "
                                                  "of each workload)")
     p.add_argument("--timeline", type=Path, default=None, metavar="DIR",
@@ -122,7 +125,7 @@ async def clean(api: Apiserver, namespace: str) -> None:
 
 
 async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile_dir: Path | None = None,
-                  tag: str = "", timeline: Path | None = None) -> dict[str, Any]:
+                  tag: str = "", timeline: Path | None = None, profile_cpu: bool = False) -> dict[str, Any]:
     namespace = f"bench-{work.name}-{config}-{rep}{'-' + tag if tag else ''}".lower()
     await api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                             "metadata": {"name": namespace}})
@@ -143,7 +146,7 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
         audit = cb_procs.audit_offset()
         creation = await api.each(pods, lambda p: api.create(pods_path, p))
         last_created = started + creation
-    profiler = cb_procs.start_profiler(profile_dir, f"{work.name}-{config}-{rep}") \
+    profiler = cb_procs.start_profiler(profile_dir, f"{work.name}-{config}-{rep}", profile_cpu) \
         if profile_dir is not None and config in ("Q", "Vq") else None
     want = len(pods)
     sizes = {g["metadata"]["name"]: g["spec"]["schedulingPolicy"]["gang"]["minCount"] for g in groups}
@@ -155,7 +158,7 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
         finished = await watch.until(lambda: len(watch.bound_at) >= want, work.timeout)
     ended = time.monotonic()
     if profiler is not None:
-        cb_procs.stop_profiler(profiler)
+        profiler.stop()
     await asyncio.sleep(1)  # binds in flight reach the counters
     cpu = {k: v - before_cpu.get(k, 0.0) for k, v in cb_procs.cpu_by_component().items()}
     after_metrics = cb_procs.metrics_snapshot()
@@ -254,7 +257,8 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
             for work in chosen:
                 pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
                 for config in (c for c in pair if not args.configs or c in args.configs.split(",")):
-                    row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline)
+                    row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline,
+                                        args.profile_cpu)
                     rows.append(row)
                     print(json.dumps({k: row[k] for k in ("workload", "config", "rep", "bound", "pods",
                                                           "pods_per_second", "skew_p50_ms",

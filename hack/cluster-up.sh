@@ -43,6 +43,8 @@
 #                        missing); 1.35 or newer (the first with a Workload API)
 #   NODE_BLOCKS [2] NODE_RACKS_PER_BLOCK [4] NODE_NODES_PER_RACK [4]
 #   NODE_CPU [64] NODE_MEMORY [512Gi] NODE_GPUS [8] NODE_PODS [110]
+#   QUORUM_LAUNCH []     words put between the interpreter and "-m extender", e.g.
+#                        "bench/cpu_sampler.py --" to profile Quorum's CPU
 #   QUORUM_EXTERNAL [0]  1 = run Quorum yourself; the scheduler still calls
 #                        http://127.0.0.1:$QUORUM_PORT
 #   PYTHON               interpreter for Quorum [.venv/bin/python, else python3]
@@ -62,6 +64,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib/cluster-common.sh"
 
 QUORUM_EXTERNAL="${QUORUM_EXTERNAL:-0}"
+QUORUM_LAUNCH="${QUORUM_LAUNCH:-}"
 AUTOSCALER="${AUTOSCALER:-0}"
 REAL_NODE_UP="${REAL_NODE_UP:-0}"
 JOBSET_UP="${JOBSET_UP:-0}"
@@ -541,7 +544,8 @@ if [[ "$QUORUM_EXTERNAL" != 1 ]]; then
   (
     cd "$ROOT"
     export QUORUM_HOST=127.0.0.1 QUORUM_PORT QUORUM_KUBECONFIG="$QUORUM_KUBECONFIG_FILE"
-    start quorum "$PYTHON" -m extender \
+    # shellcheck disable=SC2086  # QUORUM_LAUNCH is words on purpose
+    start quorum "$PYTHON" $QUORUM_LAUNCH -m extender \
       --config "$QUORUM_CONFIG" \
       --kubeconfig "$QUORUM_KUBECONFIG_FILE" \
       --host 127.0.0.1 \
