@@ -9,8 +9,9 @@ Every reservation is keyed by pod uid, so a pod can be reserved by at most one g
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from ..cluster.cache import ClusterCache
 from ..cluster.records import NodeRecord, PodRecord
@@ -47,7 +48,8 @@ class CapacityLedger:
         self._by_gang: dict[str, dict[str, str]] = {}  # gang -> uid -> node
         self._on_node: dict[str, dict[str, Resources]] = {}  # node -> gang -> summed requests
         self._slots: dict[str, dict[str, int]] = {}  # node -> gang -> reserved pod count
-        self._inflight: dict[str, tuple[str, Resources]] = {}  # uid -> (node, requests)
+        self._inflight: dict[str, str] = {}  # uid -> node
+        self._inflight_view: Mapping[str, str] = MappingProxyType(self._inflight)
         self._inflight_gang: dict[str, str] = {}  # uid -> gang, for members bound as a gang
         self._inflight_by_gang: dict[str, set[str]] = {}  # the same, gang -> uids
         # Members whose bind went through before the watch ever showed their pod: who they are.
@@ -144,7 +146,7 @@ class CapacityLedger:
         if record is not None and record.node_name:
             return  # the cache already counts it
         self.clear_inflight(uid)
-        self._inflight[uid] = (node, requests)
+        self._inflight[uid] = node
         if gang is not None:
             self._inflight_gang[uid] = gang
             self._inflight_by_gang.setdefault(gang, set()).add(uid)
@@ -155,8 +157,8 @@ class CapacityLedger:
         self.inflight_version += 1
 
     def clear_inflight(self, uid: str) -> None:
-        entry = self._inflight.pop(uid, None)
-        if entry is None:
+        node = self._inflight.pop(uid, None)
+        if node is None:
             return
         gang = self._inflight_gang.pop(uid, None)
         if gang is not None:
@@ -166,7 +168,6 @@ class CapacityLedger:
                 del self._inflight_by_gang[gang]
         self._inflight_unseen.pop(uid, None)
         del self._inflight_since[uid]
-        node = entry[0]
         per_node = self._inflight_on_node[node]
         del per_node[uid]
         if not per_node:
@@ -200,11 +201,12 @@ class CapacityLedger:
 
     def inflight_node(self, uid: str) -> str:
         """The node of the pod's bind in flight ("" when none)."""
-        entry = self._inflight.get(uid)
-        return entry[0] if entry is not None else ""
+        return self._inflight.get(uid, "")
 
-    def inflight(self) -> dict[str, str]:
-        return {uid: node for uid, (node, _) in self._inflight.items()}
+    def inflight(self) -> Mapping[str, str]:
+        """uid -> node of every bind in flight: a read-only view that follows the marks, not a copy
+        (a placement reads it for every gang it repairs; copying it cost a dict per call)."""
+        return self._inflight_view
 
     def inflight_of(self, gang: str, uids: Iterable[str], exclude: Iterable[str] = ()) -> int:
         """In-flight binds of the gang: its members' (``uids``) and any marked with the gang, less
@@ -310,7 +312,7 @@ class CapacityLedger:
         problems: list[str] = []
         inflight_nodes = {n: set(u) for n, u in self._inflight_on_node.items()}
         expected: dict[str, set[str]] = {}
-        for uid, (node, _) in self._inflight.items():
+        for uid, node in self._inflight.items():
             expected.setdefault(node, set()).add(uid)
         if inflight_nodes != expected:
             problems.append("ledger: in-flight binds per node do not match the in-flight pods")

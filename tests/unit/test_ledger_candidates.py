@@ -83,3 +83,26 @@ def test_in_flight_binds_are_counted_by_gang_and_the_index_is_checked() -> None:
     ledger.mark_inflight("uid-b0", NODE, {GPU: 1}, gang="ml/b")
     ledger._inflight_by_gang["ml/b"].add("uid-ghost")  # the index says more than the binds
     assert any("by gang" in problem for problem in ledger.check())
+
+
+def test_the_binds_in_flight_are_a_read_only_view_that_follows_the_marks() -> None:
+    """A placement asks for the binds in flight for every gang it repairs; the ledger hands out a
+    view of its own map rather than a copy, so the view must follow later marks and refuse writes."""
+    world = World()
+    ledger = CapacityLedger(world.cache)
+    view = ledger.inflight()
+    assert dict(view) == {}
+    ledger.mark_inflight("uid-c0", NODE, {GPU: 1}, gang="ml/c")
+    ledger.mark_inflight("uid-c1", "b0-r0-n1", {GPU: 1}, gang="ml/c")
+    assert dict(view) == {"uid-c0": NODE, "uid-c1": "b0-r0-n1"}  # the view taken before sees both
+    assert ledger.inflight_node("uid-c1") == "b0-r0-n1"
+    ledger.clear_inflight("uid-c0")
+    assert dict(view) == {"uid-c1": "b0-r0-n1"}
+    try:
+        view["uid-x"] = NODE  # type: ignore[index]
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("the in-flight view accepted a write")
+    assert dict(ledger.inflight()) == {"uid-c1": "b0-r0-n1"}
+    assert ledger.check() == []
