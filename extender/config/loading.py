@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -329,16 +330,11 @@ def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
                 raise ConfigError(f"bind-timeout: must be a number, got {value!r}") from None
             if not math.isfinite(seconds) or seconds <= 0:
                 raise ConfigError(f"bind-timeout: must be > 0, got {value!r}")
-            g = config.gang
-            changes["gang"] = GangTimings(
-                seconds, g.backoff_base_seconds, g.backoff_max_seconds, g.max_replans, g.bindings_at_once
-            )
+            changes["gang"] = replace(config.gang, bind_timeout_seconds=seconds)
         elif key in ("host", "kubeconfig", "log_level", "log_format"):
             changes[key] = str(value)
         else:
             raise ConfigError(f"{key}: unknown override")
-    from dataclasses import replace
-
     return validate(replace(config, **changes))
 
 

@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -290,8 +291,13 @@ def test_apply_overrides_converts_and_validates() -> None:
     assert (config.host, config.port, config.kubeconfig) == ("0.0.0.0", 9100, "/k")
     assert (config.log_level, config.log_format) == ("warning", "text")
     assert config.gang.bind_timeout_seconds == 12.5
-    # Other gang timings survive a bind-timeout override.
-    assert config.gang.backoff_base_seconds == 5.0 and config.gang.max_replans == 3
+
+
+def test_a_bind_timeout_override_keeps_every_other_gang_setting() -> None:
+    chosen = GangTimings(bind_timeout_seconds=40.0, backoff_base_seconds=7.0, backoff_max_seconds=90.0,
+                         max_replans=9, bindings_at_once=4)
+    config = apply_overrides(Config(gang=chosen), {"bind_timeout": "12.5"})
+    assert config.gang == replace(chosen, bind_timeout_seconds=12.5)
 
 
 def test_apply_overrides_skips_unset_values() -> None:
