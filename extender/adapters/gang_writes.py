@@ -22,6 +22,7 @@ from typing import Any
 import aiohttp
 import orjson
 
+from ..cluster.gang_sources import written_condition_type
 from ..cluster.records import GangHome
 from ..gang.effects import CONDITION_MESSAGE_LIMIT, GangCondition
 from ..gang.serial import InOrder
@@ -90,7 +91,7 @@ class GangWrites:
             previous = known.get(condition.type)
             since = previous[1] if previous is not None and previous[0] == condition.status else now
             known[condition.type] = (condition.status, since)
-            entries.append({"type": _condition_type(home, condition.type),
+            entries.append({"type": written_condition_type(home.kind, condition.type),
                             "status": "True" if condition.status else "False",
                             "reason": condition.reason,
                             "message": condition.message[:CONDITION_MESSAGE_LIMIT],
@@ -196,11 +197,3 @@ def _object_key(home: GangHome) -> str:
     if home.kind == "PodGroup":
         return f"{home.namespace}/{home.name}"
     return f"{home.namespace}/{home.kind}:{home.name}"
-
-
-def _condition_type(home: GangHome, kind: str) -> str:
-    """Upstream names a CompositePodGroup's conditions after its kind (``CompositePodGroupInitially
-    Scheduled``); Quorum's own (``quorum.dev/...``) keep their names."""
-    if home.kind == "CompositePodGroup" and kind.startswith("PodGroup"):
-        return "Composite" + kind
-    return kind

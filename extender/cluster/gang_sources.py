@@ -98,19 +98,33 @@ def bookkeeping(annotations: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def written_condition_type(object_kind: str, condition: str) -> str:
+    """The type a condition has on an object of ``object_kind``: upstream names a CompositePodGroup's
+    conditions after its kind (``CompositePodGroupInitiallyScheduled``); Quorum's own
+    (``quorum.dev/...``) keep their names. ``read_condition_type`` is the inverse."""
+    if object_kind == "CompositePodGroup" and condition.startswith("PodGroup"):
+        return "Composite" + condition
+    return condition
+
+
+def read_condition_type(written: str) -> str:
+    """The PodGroup name Quorum uses for a condition type read from either kind of object."""
+    return written.removeprefix("Composite") if written.startswith("CompositePodGroup") else written
+
+
 def shown_conditions(obj: Mapping[str, Any]) -> tuple[tuple[str, bool, str, str], ...]:
     """The conditions a gang's object shows, as (type, status is "True", reason, message).
 
     Quorum compares them with what it applied: another writer (kube-scheduler's group cycle, with
-    ``GenericWorkload`` on) may have replaced one. A CompositePodGroup's ``CompositePodGroup...``
-    types are read under the PodGroup names Quorum uses for both kinds."""
+    ``GenericWorkload`` on) may have replaced one. Types are read under the PodGroup names Quorum
+    uses for both kinds (``read_condition_type``)."""
     status = obj.get("status")
     conditions = status.get("conditions") if isinstance(status, Mapping) else None
     out: list[tuple[str, bool, str, str]] = []
     for c in conditions if isinstance(conditions, list) else ():
         kind = c.get("type") if isinstance(c, Mapping) else None
         if isinstance(kind, str) and kind:
-            kind = kind.removeprefix("Composite") if kind.startswith("CompositePodGroup") else kind
+            kind = read_condition_type(kind)
             reason, message = str(c.get("reason") or ""), str(c.get("message") or "")
             out.append((kind, c.get("status") == "True", reason, message))
     return tuple(out)

@@ -20,6 +20,7 @@ from extender.cluster.conventions import (
     specs_from_workload_v1alpha1,
     topology_of_pod,
 )
+from extender.cluster.gang_sources import read_condition_type, written_condition_type
 from extender.cluster.object_sources import GANG_OBJECT_KINDS
 from extender.cluster.records import GangHome
 
@@ -260,3 +261,17 @@ def test_the_conditions_a_podgroup_shows_are_read_and_a_composites_are_named_as_
         ("PodGroupInitiallyScheduled", True, "Scheduled", "ok"),)
     group["status"] = {"conditions": {"not": "a list"}}
     assert spec_from_native_podgroup(group, "scheduling.k8s.io/v1beta1").shown == ()
+
+
+@pytest.mark.parametrize("condition", ["PodGroupInitiallyScheduled", "PodGroupSatisfied",
+                                       "quorum.dev/PodsReady", "quorum.dev/Preempted"])
+@pytest.mark.parametrize("kind", ["PodGroup", "CompositePodGroup"])
+def test_a_condition_written_to_either_kind_reads_back_under_its_own_name(kind: str, condition: str) -> None:
+    """What Quorum writes and what it reads back must name a condition the same way, or its own
+    condition on a CompositePodGroup would look replaced by another writer and be put back forever."""
+    written = written_condition_type(kind, condition)
+    if kind == "CompositePodGroup" and condition.startswith("PodGroup"):
+        assert written == "Composite" + condition  # upstream's name on that kind
+    else:
+        assert written == condition
+    assert read_condition_type(written) == condition
