@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,6 +38,10 @@ from .kube import ApiError, Gone, KubeClient
 log = logging.getLogger(__name__)
 
 # States reported by Informer.status().
+# A watch read can bring a hundred buffered events, and reading them suspends nothing: the loop
+# gives way this often so that kube-scheduler's calls and a gang's bindings are not held behind them.
+GIVE_WAY_SECONDS = 0.005
+
 LISTING = "listing"
 WATCHING = "watching"
 BACKOFF = "backoff"
@@ -103,6 +107,18 @@ def served_kind(cache: ClusterCache, source: GangObjectSource) -> Kind:
                 lambda obj: cache.delete_gang_object(source, obj))
 
 
+async def paced(events: AsyncIterator[dict[str, Any]],
+                every: float = GIVE_WAY_SECONDS) -> AsyncIterator[dict[str, Any]]:
+    """The events, with a pass through the event loop whenever ``every`` seconds went by without one."""
+    loop = asyncio.get_running_loop()
+    since = loop.time()
+    async for event in events:
+        yield event
+        if loop.time() - since >= every:
+            await asyncio.sleep(0)
+            since = loop.time()
+
+
 class Informer:
     def __init__(self, client: KubeClient, cache: ClusterCache, metrics: Metrics,
                  backoff_max: float = 30.0, absent_retry: float = 60.0,
@@ -154,8 +170,8 @@ class Informer:
                         continue  # not served: looked again after a while
                     kind = found
                     version = await self._list(kind)
-                async for event in self.client.watch(kind.path, version,
-                                                     on_open=functools.partial(self._opened, kind)):
+                async for event in paced(self.client.watch(kind.path, version,
+                                                           on_open=functools.partial(self._opened, kind))):
                     version = self._apply(kind, event) or version
                 delay = 0.5  # a watch that ended normally (server timeout): resume from version
             except asyncio.CancelledError:

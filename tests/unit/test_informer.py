@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from extender.adapters.informer import ABSENT, BACKOFF, STOPPED, Informer
+from extender.adapters.informer import ABSENT, BACKOFF, STOPPED, Informer, paced
 from extender.adapters.kube import ApiError, Gone
 from extender.cluster.cache import ClusterCache
 from extender.cluster.cache_events import CACHES_SYNCED, PODS_LISTED, CacheEvent
@@ -473,3 +473,34 @@ async def test_listed_objects_lose_what_no_record_reads_before_the_cache_takes_t
     assert taken[0]["metadata"]["labels"] == node["metadata"]["labels"]
     assert taken[0]["status"]["allocatable"] == node["status"]["allocatable"]
     assert cache.nodes["n1"].domains == ("b0", "b0-r0", "n1")
+
+
+async def _buffered(count: int, spend: float) -> AsyncIterator[dict[str, Any]]:
+    """A watch whose events are all buffered already: reading one suspends nothing."""
+    for i in range(count):
+        end = time.monotonic() + spend
+        while time.monotonic() < end:  # the work of decoding and applying one event
+            pass
+        yield {"type": "MODIFIED", "object": {"n": i}}
+
+
+async def test_a_burst_of_buffered_watch_events_gives_way_to_other_work() -> None:
+    """Buffered events suspend nothing, so a burst of them used to hold every request and binding
+    until the last was applied. Paced, the loop gets a turn every few milliseconds of events."""
+    seen: list[int] = []
+    others: list[int] = []
+
+    async def other_work() -> None:
+        while len(seen) < 40:
+            others.append(len(seen))  # how many events were applied when this ran
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other_work())
+    await asyncio.sleep(0)  # it has run once, before any event
+    async for event in paced(_buffered(40, 0.001), every=0.005):
+        seen.append(event["object"]["n"])
+    await task
+    assert seen == list(range(40))
+    between = [n for n in others if 0 < n < 40]
+    assert len(between) >= 4, others  # about every 5 events over 40 ms; without pacing, none
+
