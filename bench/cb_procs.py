@@ -365,10 +365,11 @@ class Profiler:
 
     def __init__(self, directory: Path, name: str, cpu: bool) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self.target, self.pid = directory / f"{name}.txt", pid_of("quorum")
-        self.spy: subprocess.Popen[bytes] | None = None
-        if self.pid is None:
+        pid = pid_of("quorum")
+        if pid is None:
             raise RuntimeError("Quorum is not running: nothing to profile")
+        self.target, self.pid = directory / f"{name}.txt", pid
+        self.spy: subprocess.Popen[bytes] | None = None
         if cpu:
             os.kill(self.pid, signal.SIGUSR1)  # forget what was sampled before the run
         else:
@@ -383,7 +384,6 @@ class Profiler:
             return
         samples = CLUSTER_DIR / "quorum-cpu.txt"  # cpu_sampler.py's default --out
         before = samples.stat().st_mtime_ns if samples.exists() else 0
-        assert self.pid is not None
         os.kill(self.pid, signal.SIGUSR2)
         deadline = time.monotonic() + 30
         while not (samples.exists() and samples.stat().st_mtime_ns != before):

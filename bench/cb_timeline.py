@@ -17,6 +17,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from cb_report import percentile
+
 STEP = 0.5  # seconds between samples of the cluster's state
 
 
@@ -66,10 +68,8 @@ def summary(name: str, pods: dict[str, dict[str, Any]], nodes: int, per_node: in
 def percentiles(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
-    ordered = sorted(values)
-    def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 2)
-    return {"p50": at(0.5), "p90": at(0.9), "max": ordered[-1]}
+    return {"p50": round(percentile(values, 50), 2), "p90": round(percentile(values, 90), 2),
+            "max": max(values)}
 
 
 def kubelet_lag(pods: dict[str, dict[str, Any]]) -> dict[str, Any]:

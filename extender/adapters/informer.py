@@ -37,11 +37,11 @@ from .kube import ApiError, Gone, KubeClient
 
 log = logging.getLogger(__name__)
 
-# States reported by Informer.status().
 # A watch read can bring a hundred buffered events, and reading them suspends nothing: the loop
 # gives way this often so that kube-scheduler's calls and a gang's bindings are not held behind them.
 GIVE_WAY_SECONDS = 0.005
 
+# States reported by Informer.status().
 LISTING = "listing"
 WATCHING = "watching"
 BACKOFF = "backoff"

@@ -163,12 +163,12 @@ class ClusterCache:
         if old == record:  # a status heartbeat: nothing read moved, no cached capacity goes stale
             return
         if old is not None and old.domains != record.domains:
-            self._reindex_node(old, record)
-        elif old is None:
+            self._reindex_node(old, record)  # stores the record between the two indexings
+        else:
             self.nodes[record.name] = record
-            self._index_node_domains(record, +1)
-            self._recount_node_domains(record.name, +1)
-        self.nodes[record.name] = record
+            if old is None:
+                self._index_node_domains(record, +1)
+                self._recount_node_domains(record.name, +1)
         self._free.pop(record.name, None)
         self.capacity_version += 1
         self._report_clamped("nodes", record.name, old.allocatable if old else None, record.allocatable)
