@@ -214,19 +214,32 @@ class Binder:
         core.spawn(self._bind_all(state, held, counted))
 
     async def _in_turn(self, held: list[HeldBind]) -> list[object]:
-        """Send the batch in the gang's turn; each binding's result, or the exception it raised."""
-        actions = self.core.actions
+        """Send the batch in the gang's turn; each binding's result, or the exception it raised.
 
-        def send() -> asyncio.Future[list[object]]:  # the bindings start when this is called
-            return asyncio.gather(*(actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node)
-                                    for h in held), return_exceptions=True)
+        Each binding gives its room back as it completes, so the next gang's batch starts beside
+        the tail of this one instead of after its slowest binding."""
+        if not held:
+            return []
+        actions = self.core.actions
         await self._turns.take(len(held))
+        room = len(held)  # what this batch still holds of the turns
+
+        def give_back_one(_: object) -> None:
+            nonlocal room
+            if room:
+                room -= 1
+                self._turns.give_back(1)
+        sent = [asyncio.ensure_future(actions.bind_pod(h.pod.namespace, h.pod.name, h.pod.uid, h.node))
+                for h in held]
+        for binding in sent:
+            binding.add_done_callback(give_back_one)
+        results = asyncio.gather(*sent, return_exceptions=True)  # collects every outcome, even if cancelled
         try:
-            batch = send()
-            await asyncio.wait((batch,), timeout=BIND_TURN_SECONDS)
+            await asyncio.wait(sent, timeout=BIND_TURN_SECONDS)
         finally:
-            self._turns.give_back(len(held))
-        return await batch
+            self._turns.give_back(room)  # what a slow batch still holds goes after its turn
+            room = 0
+        return await results
 
     async def _bind_all(self, state: GangState, held: list[HeldBind], counted: bool) -> None:
         core = self.core

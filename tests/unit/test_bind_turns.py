@@ -63,6 +63,18 @@ async def test_the_next_gangs_bindings_wait_for_the_gang_binding_before_it() -> 
     assert await asyncio.gather(*calls) == ["", "", "", ""]
 
 
+async def test_each_finished_binding_makes_room_for_the_next_gang_beside_the_tail() -> None:
+    """Room is given back binding by binding: gang b need not wait for gang a's slowest binding."""
+    world = World(GangTimings(bindings_at_once=3))
+    held, calls = await _two_gangs_at_bind(world)
+    assert sorted(held.started) == ["a0", "a1"], "gang b's 2 bindings do not fit beside gang a's 2 in 3"
+    held.let_finish("a0")
+    await asyncio.sleep(0.01)
+    assert sorted(held.started) == ["a0", "a1", "b0", "b1"], "a0's room was kept until a1 finished too"
+    held.let_finish("a1", "b0", "b1")
+    assert await asyncio.gather(*calls) == ["", "", "", ""]
+
+
 async def test_with_no_limit_every_gang_binds_at_once() -> None:
     world = World(GangTimings(bindings_at_once=0))
     held, calls = await _two_gangs_at_bind(world)
