@@ -286,7 +286,7 @@ def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
         backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
         backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
         max_replans=_count(gang, "maxReplans", "gang", 3),
-        bindings_at_once=_count(gang, "bindingsAtOnce", "gang", 16),
+        bindings_at_once=_count(gang, "bindingsAtOnce", "gang", 24),
     )
     if timings.backoff_max_seconds < timings.backoff_base_seconds:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")

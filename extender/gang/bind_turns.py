@@ -1,10 +1,11 @@
-"""Turns for gangs' batches of bindings: whole batches, first come first served, while at most
-``gang.bindingsAtOnce`` bindings are in flight (a batch larger than that goes alone).
+"""Turns for gangs' batches of bindings: a batch starts whole, first come first served, while at
+most ``gang.bindingsAtOnce`` bindings are in flight (a batch larger than that goes alone).
 
 Sent while other gangs' bindings were on their way to a busy apiserver, a gang's members were
 bound over hundreds of milliseconds (docs/benchmarks.md, "The bind skew"); a few gangs at a time,
 each gang's land together. Counting bindings, not gangs, leaves many small gangs as much room as a
-few large ones.
+few large ones, and lets the binder give room back binding by binding (``give_back(1)``), so the
+next gang starts beside the tail of the one before.
 """
 
 from __future__ import annotations

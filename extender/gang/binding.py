@@ -213,7 +213,7 @@ class Binder:
         log.info("gang quorum reached", extra={"gang": state.key, "binding": len(held), "bound": running})
         core.spawn(self._bind_all(state, held, counted))
 
-    async def _in_turn(self, held: list[HeldBind]) -> list[object]:
+    async def _in_turn(self, held: list[HeldBind]) -> list[BaseException | None]:
         """Send the batch in the gang's turn; each binding's result, or the exception it raised.
 
         Each binding gives its room back as it completes, so the next gang's batch starts beside

@@ -83,7 +83,7 @@ def test_defaults() -> None:
         ("rack", "topology.quorum.dev/rack"),
         ("host", "kubernetes.io/hostname"),
     ]
-    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 16)
+    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 24)
     assert config.max_request_bytes == 32 * 1024 * 1024
     assert (config.log_level, config.log_format) == ("info", "json")
 
