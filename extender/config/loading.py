@@ -112,24 +112,25 @@ def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
                       "backoffMaxSeconds", "backoffJitter", "backoffLimitCount", "replaceOutsideDomain",
                       "startedConfigMaps"},
                 "lifecycle")
-    jitter = raw.get("backoffJitter", 0.1)
+    default = Lifecycle()
+    jitter = raw.get("backoffJitter", default.backoff_jitter)
     if isinstance(jitter, bool) or not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
         raise ConfigError(f"lifecycle.backoffJitter: must be a number from 0 to 1, got {jitter!r}")
     limit = raw.get("backoffLimitCount")
     if limit is not None:
         limit = _count(raw, "backoffLimitCount", "lifecycle", 0)
-    replace_outside = raw.get("replaceOutsideDomain", False)
+    replace_outside = raw.get("replaceOutsideDomain", default.replace_outside_domain)
     if not isinstance(replace_outside, bool):
         raise ConfigError(f"lifecycle.replaceOutsideDomain: must be true or false, got {replace_outside!r}")
     result = Lifecycle(
         pods_ready_timeout_seconds=_off_or_seconds(raw, "podsReadyTimeoutSeconds"),
         recovery_timeout_seconds=_off_or_seconds(raw, "recoveryTimeoutSeconds"),
-        backoff_base_seconds=_number(raw, "backoffBaseSeconds", "lifecycle", 60.0),
-        backoff_max_seconds=_number(raw, "backoffMaxSeconds", "lifecycle", 3600.0),
+        backoff_base_seconds=_number(raw, "backoffBaseSeconds", "lifecycle", default.backoff_base_seconds),
+        backoff_max_seconds=_number(raw, "backoffMaxSeconds", "lifecycle", default.backoff_max_seconds),
         backoff_jitter=float(jitter),
         backoff_limit_count=limit,
         replace_outside_domain=replace_outside,
-        started_config_maps=_flag(raw, "startedConfigMaps", "lifecycle", False),
+        started_config_maps=_flag(raw, "startedConfigMaps", "lifecycle", default.started_config_maps),
     )
     if result.backoff_max_seconds < result.backoff_base_seconds:
         raise ConfigError("lifecycle.backoffMaxSeconds: must be >= lifecycle.backoffBaseSeconds")
@@ -145,18 +146,24 @@ def _flag(raw: Mapping[str, Any], key: str, where: str, default: bool) -> bool:
 
 def _starvation(raw: Mapping[str, Any]) -> Starvation:
     _check_keys(raw, {"enabled", "claimAfterSeconds", "claimOnPriority"}, "starvation")
-    after = raw.get("claimAfterSeconds", 60.0)
+    default = Starvation()
+    after = raw.get("claimAfterSeconds", default.claim_after_seconds)
     if isinstance(after, bool) or not isinstance(after, int | float) or not math.isfinite(after) or after < 0:
         raise ConfigError(f"starvation.claimAfterSeconds: must be a number >= 0, got {after!r}")
-    return Starvation(enabled=_flag(raw, "enabled", "starvation", True), claim_after_seconds=float(after),
-                      claim_on_priority=_flag(raw, "claimOnPriority", "starvation", True))
+    return Starvation(enabled=_flag(raw, "enabled", "starvation", default.enabled),
+                      claim_after_seconds=float(after),
+                      claim_on_priority=_flag(raw, "claimOnPriority", "starvation",
+                                              default.claim_on_priority))
 
 
 def _preemption(raw: Mapping[str, Any]) -> Preemption:
     _check_keys(raw, {"enabled", "victimGraceSeconds", "honorDisruptionMode"}, "preemption")
-    return Preemption(enabled=_flag(raw, "enabled", "preemption", True),
-                      victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption", 120.0),
-                      honor_disruption_mode=_flag(raw, "honorDisruptionMode", "preemption", False))
+    default = Preemption()
+    return Preemption(enabled=_flag(raw, "enabled", "preemption", default.enabled),
+                      victim_grace_seconds=_number(raw, "victimGraceSeconds", "preemption",
+                                                   default.victim_grace_seconds),
+                      honor_disruption_mode=_flag(raw, "honorDisruptionMode", "preemption",
+                                                  default.honor_disruption_mode))
 
 
 def _autoscaling(raw: Mapping[str, Any]) -> Autoscaling:
@@ -220,13 +227,14 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug", False)
     host, scheduler_names, kubeconfig = _host(listen), _scheduler_names(raw), _kubeconfig(raw)
     timings = _gang_timings(gang)
+    default = Config()
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
         preemption=_preemption(_section(raw, "preemption")),
         autoscaling=_autoscaling(_section(raw, "autoscaling")),
         host=host,
-        port=_port(listen.get("port", 8888), "listen.port"),
+        port=_port(listen.get("port", default.port), "listen.port"),
         tls=_tls(_section(listen, "tls")) if listen.get("tls") is not None else None,
         metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
         metrics_host=str(listen.get("metricsHost") or ""),
@@ -236,10 +244,11 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         levels=_levels(topology.get("levels")),
         kueue_topology=kueue_topology,
         gang=timings,
-        max_request_bytes=int(_number(http, "maxRequestBytes", "http", 32 * 1024 * 1024, minimum=1023)),
-        body_timeout_seconds=_number(http, "bodyTimeoutSeconds", "http", 10.0),
-        log_level=str(log.get("level", "info")),
-        log_format=str(log.get("format", "json")),
+        max_request_bytes=int(_number(http, "maxRequestBytes", "http", default.max_request_bytes,
+                                      minimum=1023)),
+        body_timeout_seconds=_number(http, "bodyTimeoutSeconds", "http", default.body_timeout_seconds),
+        log_level=str(log.get("level", default.log_level)),
+        log_format=str(log.get("format", default.log_format)),
         check_invariants=check,
     )
     return validate(config)
@@ -260,7 +269,7 @@ def _kueue_topology(topology: Mapping[str, Any]) -> str:
 
 
 def _host(listen: Mapping[str, Any]) -> str:
-    host = listen.get("host", "127.0.0.1")
+    host = listen.get("host", Config().host)
     if not isinstance(host, str) or not host:
         raise ConfigError("listen.host: must be a non-empty string")
     return host
@@ -281,12 +290,13 @@ def _kubeconfig(raw: Mapping[str, Any]) -> str:
 
 
 def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
+    default = GangTimings()  # the defaults are written once, in settings.py
     timings = GangTimings(
-        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", 30.0),
-        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", 5.0),
-        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", 300.0),
-        max_replans=_count(gang, "maxReplans", "gang", 3),
-        bindings_at_once=_count(gang, "bindingsAtOnce", "gang", 24),
+        bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", default.bind_timeout_seconds),
+        backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", default.backoff_base_seconds),
+        backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", default.backoff_max_seconds),
+        max_replans=_count(gang, "maxReplans", "gang", default.max_replans),
+        bindings_at_once=_count(gang, "bindingsAtOnce", "gang", default.bindings_at_once),
     )
     if timings.backoff_max_seconds < timings.backoff_base_seconds:
         raise ConfigError("gang.backoffMaxSeconds: must be >= gang.backoffBaseSeconds")
