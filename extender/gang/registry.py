@@ -185,7 +185,11 @@ class GangRegistry:
 
     def sync(self, state: GangState, reason: str = "") -> Phase:
         """Move the gang to the phase its facts imply (through the checked transition)."""
-        target = derive_phase(self.facts(state))
+        facts = self.facts(state)
+        target = derive_phase(facts)
+        if target == Phase.RECOVERING and not reason:
+            # Its reason would otherwise still say what the gang last did ("quorum bound").
+            reason = self._recovering_reason(state, facts)
         if target == Phase.BOUND:
             spec = self.core.cache.gang_spec(state.key)
             if spec is None or spec.is_gang:  # a basic PodGroup (minCount 1, met by any pod) never starts
@@ -200,6 +204,12 @@ class GangRegistry:
             for observer in self._observers:
                 observer(state, source, target, state.reason)
         return target
+
+    def _recovering_reason(self, state: GangState, facts: Facts) -> str:
+        if facts.running < facts.min_count:
+            return f"gang {state.key}: {facts.running} of {facts.min_count} members running, members lost"
+        ready = self.ready_count(state.key)
+        return f"gang {state.key}: {ready} of {facts.min_count} members Ready, readiness lost"
 
     def release(self, state: GangState, reason: str, metric_reason: str) -> None:
         """Drop the whole reservation and answer every held bind with an error.

@@ -232,6 +232,31 @@ async def test_a_failed_member_is_replaced_in_the_gangs_rack_and_the_gang_recove
     assert reasons[reasons.index("Recovering"):][-1] == "Recovered", reasons
 
 
+async def test_a_recovering_gang_says_what_it_lost_not_what_it_last_did() -> None:
+    """Entering Recovering from a member's loss gave no reason of its own: the Warning Event, the
+    condition and the phase reason kept the gang's last one ("member ml/g2 bound")."""
+    world = lifecycle_world(nodes_per_rack=3)
+    names = group_gang(world, "g", 3)
+    await schedule(world, names)
+    deliver(world, ready(world.pods["g0"], phase="Failed", is_ready=False))
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    expected = "gang ml/g: 2 of 3 members running, members lost"
+    assert world.coordinator.reason_of("ml/g") == expected
+    notes = [note for _, _, reason, _, note in world.actions.events if reason == "Recovering"]
+    assert notes == [expected]
+
+
+async def test_a_gang_that_loses_readiness_says_so_as_it_recovers() -> None:
+    world = lifecycle_world(nodes_per_rack=3)
+    names = group_gang(world, "g", 2)
+    nodes = await schedule(world, names)
+    for pod_name in names:
+        deliver(world, ready(world.pods[pod_name]))
+    node_goes_unknown(world, nodes["g0"])
+    assert world.coordinator.phase_of("ml/g") == "Recovering"
+    assert world.coordinator.reason_of("ml/g") == "gang ml/g: 1 of 2 members Ready, readiness lost"
+
+
 async def test_a_gang_that_does_not_recover_in_time_is_requeued_whole() -> None:
     world = lifecycle_world(recovery_timeout_seconds=0.05, backoff_base_seconds=60)
     names = group_gang(world, "g", 3)
