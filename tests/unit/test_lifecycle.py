@@ -246,17 +246,6 @@ async def test_a_recovering_gang_says_what_it_lost_not_what_it_last_did() -> Non
     assert notes == [expected]
 
 
-async def test_a_gang_that_loses_readiness_says_so_as_it_recovers() -> None:
-    world = lifecycle_world(nodes_per_rack=3)
-    names = group_gang(world, "g", 2)
-    nodes = await schedule(world, names)
-    for pod_name in names:
-        deliver(world, ready(world.pods[pod_name]))
-    node_goes_unknown(world, nodes["g0"])
-    assert world.coordinator.phase_of("ml/g") == "Recovering"
-    assert world.coordinator.reason_of("ml/g") == "gang ml/g: 1 of 2 members Ready, readiness lost"
-
-
 async def test_a_gang_that_does_not_recover_in_time_is_requeued_whole() -> None:
     world = lifecycle_world(recovery_timeout_seconds=0.05, backoff_base_seconds=60)
     names = group_gang(world, "g", 3)
@@ -404,6 +393,7 @@ async def test_a_ready_gang_whose_node_goes_not_ready_recovers_or_is_requeued_wh
     assert world.coordinator.phase_of("ml/g") == "Bound"
     node_goes_unknown(world, nodes["g0"])  # its pods still say Ready: the node's condition decides
     assert world.coordinator.phase_of("ml/g") == "Recovering"
+    assert world.coordinator.reason_of("ml/g") == "gang ml/g: 1 of 2 members Ready, readiness lost"
     await asyncio.sleep(0.15)
     assert sorted(world.actions.evicted) == sorted(names)
     assert world.coordinator.phase_of("ml/g") == "Backoff"
