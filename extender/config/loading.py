@@ -224,10 +224,12 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
                                           "maxReplans", "bindingsAtOnce"})
     http = _checked_section(raw, "http", {"maxRequestBytes", "bodyTimeoutSeconds"})
     log = _checked_section(raw, "log", {"level", "format"})
-    check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug", False)
-    host, scheduler_names, kubeconfig = _host(listen), _scheduler_names(raw), _kubeconfig(raw)
+    default = Config()  # the defaults are written once, in settings.py
+    check = _flag(_checked_section(raw, "debug", {"checkInvariants"}), "checkInvariants", "debug",
+                  default.check_invariants)
+    host, scheduler_names = _host(listen, default.host), _scheduler_names(raw)
+    kubeconfig = _kubeconfig(raw, default.kubeconfig)
     timings = _gang_timings(gang)
-    default = Config()
     config = Config(
         lifecycle=_lifecycle(_section(raw, "lifecycle")),
         starvation=_starvation(_section(raw, "starvation")),
@@ -236,8 +238,9 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
         host=host,
         port=_port(listen.get("port", default.port), "listen.port"),
         tls=_tls(_section(listen, "tls")) if listen.get("tls") is not None else None,
-        metrics_port=_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort") else 0,
-        metrics_host=str(listen.get("metricsHost") or ""),
+        metrics_port=(_port(listen["metricsPort"], "listen.metricsPort") if listen.get("metricsPort")
+                      else default.metrics_port),
+        metrics_host=str(listen.get("metricsHost") or default.metrics_host),
         kubeconfig=kubeconfig,
         token_request=_token_request(raw.get("tokenRequest")),
         scheduler_names=scheduler_names,
@@ -268,8 +271,8 @@ def _kueue_topology(topology: Mapping[str, Any]) -> str:
     return kueue_topology
 
 
-def _host(listen: Mapping[str, Any]) -> str:
-    host = listen.get("host", Config().host)
+def _host(listen: Mapping[str, Any], default: str) -> str:
+    host = listen.get("host", default)
     if not isinstance(host, str) or not host:
         raise ConfigError("listen.host: must be a non-empty string")
     return host
@@ -282,8 +285,8 @@ def _scheduler_names(raw: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(scheduler_names)
 
 
-def _kubeconfig(raw: Mapping[str, Any]) -> str:
-    kubeconfig = raw.get("kubeconfig") or ""
+def _kubeconfig(raw: Mapping[str, Any], default: str) -> str:
+    kubeconfig = raw.get("kubeconfig") or default
     if not isinstance(kubeconfig, str):
         raise ConfigError("kubeconfig: must be a path string")
     return kubeconfig
