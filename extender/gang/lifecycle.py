@@ -160,7 +160,7 @@ class Lifecycle:
         timeout = self.recovery_timeout(core.cache.gang_spec(key))
         running = self.registry.running_count(key)
         needed = core.min_count(state, core.cache.gang_spec(key))
-        self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running}/{needed} members "
+        self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running} of {needed} members "
                             f"running)", "recovery-timeout",
                      due=lambda s: s.started and s.phase in (Phase.RECOVERING, Phase.BINDING))
 

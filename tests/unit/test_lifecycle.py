@@ -254,7 +254,7 @@ async def test_a_gang_that_does_not_recover_in_time_is_requeued_whole() -> None:
     await asyncio.sleep(0.15)
     assert sorted(world.actions.evicted) == ["g1", "g2"]
     assert world.coordinator.phase_of("ml/g") == "Backoff"
-    assert "not recovered within 0.05s (2/3 members running)" in world.coordinator.reason_of("ml/g")
+    assert "not recovered within 0.05s (2 of 3 members running)" in world.coordinator.reason_of("ml/g")
 
 
 async def test_members_on_a_deleted_node_are_removed_and_the_gang_recovers_elsewhere_in_its_rack() -> None:
