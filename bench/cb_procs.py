@@ -295,6 +295,8 @@ QUORUM_SERIES = {
     "releases": "quorum_reservation_releases_total",
     "releases_replan": 'quorum_reservation_releases_total{reason="replan"',
     "releases_node_changed": 'quorum_reservation_releases_total{reason="node-changed"',
+    "releases_timeout": 'quorum_reservation_releases_total{reason="timeout"',
+    "nudges_sent": 'quorum_nudges_total{result="sent"',
     "claims": "quorum_claims_total",
     "gang_bind_seconds": "quorum_gang_bind_seconds_sum",
     "gang_binds": "quorum_gang_bind_seconds_count",
