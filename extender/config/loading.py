@@ -100,13 +100,11 @@ def _levels(raw: Any) -> tuple[TopologyLevel, ...]:
     return tuple(levels)
 
 
-def _off_or_seconds(raw: Mapping[str, Any], key: str, where: str = "lifecycle",
-                    default: float = 0.0) -> float:
-    """A timeout that 0 turns off (absent: ``default``)."""
-    value = raw.get(key, default)
-    if value == 0 and not isinstance(value, bool):
+def _off_or_seconds(raw: Mapping[str, Any], key: str) -> float:
+    """A timeout that 0 (or absence) turns off."""
+    if raw.get(key, 0) == 0 and not isinstance(raw.get(key, 0), bool):
         return 0.0
-    return _number(raw, key, where, default)
+    return _number(raw, key, "lifecycle", 0.0)
 
 
 def _lifecycle(raw: Mapping[str, Any]) -> Lifecycle:
@@ -222,8 +220,8 @@ def from_mapping(raw: Mapping[str, Any]) -> Config:
     listen = _checked_section(raw, "listen", {"host", "port", "tls", "metricsPort", "metricsHost"})
     topology = _checked_section(raw, "topology", {"levels", "kueueTopology"})
     kueue_topology = _kueue_topology(topology)
-    gang = _checked_section(raw, "gang", {"bindTimeoutSeconds", "stallSeconds", "backoffBaseSeconds",
-                                          "backoffMaxSeconds", "maxReplans", "bindingsAtOnce"})
+    gang = _checked_section(raw, "gang", {"bindTimeoutSeconds", "backoffBaseSeconds", "backoffMaxSeconds",
+                                          "maxReplans", "bindingsAtOnce"})
     http = _checked_section(raw, "http", {"maxRequestBytes", "bodyTimeoutSeconds"})
     log = _checked_section(raw, "log", {"level", "format"})
     default = Config()  # the defaults are written once, in settings.py
@@ -298,7 +296,6 @@ def _gang_timings(gang: Mapping[str, Any]) -> GangTimings:
     default = GangTimings()  # the defaults are written once, in settings.py
     timings = GangTimings(
         bind_timeout_seconds=_number(gang, "bindTimeoutSeconds", "gang", default.bind_timeout_seconds),
-        stall_seconds=_off_or_seconds(gang, "stallSeconds", "gang", default.stall_seconds),
         backoff_base_seconds=_number(gang, "backoffBaseSeconds", "gang", default.backoff_base_seconds),
         backoff_max_seconds=_number(gang, "backoffMaxSeconds", "gang", default.backoff_max_seconds),
         max_replans=_count(gang, "maxReplans", "gang", default.max_replans),
@@ -332,8 +329,7 @@ def load_file(path: str) -> Config:
 
 
 def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
-    """Apply env/flag overrides (keys: host, port, kubeconfig, log_level, log_format, bind_timeout,
-    stall)."""
+    """Apply env/flag overrides (keys: host, port, kubeconfig, log_level, log_format, bind_timeout)."""
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if value is None or value == "":
@@ -341,26 +337,18 @@ def apply_overrides(config: Config, overrides: Mapping[str, Any]) -> Config:
         if key == "port":
             changes["port"] = _port(value, "port")
         elif key == "bind_timeout":
-            seconds = _override_seconds(value, "bind-timeout", allow_off=False)
-            changes["gang"] = replace(changes.get("gang", config.gang), bind_timeout_seconds=seconds)
-        elif key == "stall":
-            seconds = _override_seconds(value, "stall-seconds", allow_off=True)
-            changes["gang"] = replace(changes.get("gang", config.gang), stall_seconds=seconds)
+            try:
+                seconds = float(value)
+            except ValueError:
+                raise ConfigError(f"bind-timeout: must be a number, got {value!r}") from None
+            if not math.isfinite(seconds) or seconds <= 0:
+                raise ConfigError(f"bind-timeout: must be > 0, got {value!r}")
+            changes["gang"] = replace(config.gang, bind_timeout_seconds=seconds)
         elif key in ("host", "kubeconfig", "log_level", "log_format"):
             changes[key] = str(value)
         else:
             raise ConfigError(f"{key}: unknown override")
     return validate(replace(config, **changes))
-
-
-def _override_seconds(value: Any, name: str, allow_off: bool) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise ConfigError(f"{name}: must be a number, got {value!r}") from None
-    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not allow_off):
-        raise ConfigError(f"{name}: must be {'>= 0' if allow_off else '> 0'}, got {value!r}")
-    return seconds
 
 
 def env_overrides(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
@@ -371,6 +359,5 @@ def env_overrides(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
         "log_level": "QUORUM_LOG_LEVEL",
         "log_format": "QUORUM_LOG_FORMAT",
         "bind_timeout": "QUORUM_BIND_TIMEOUT_SECONDS",
-        "stall": "QUORUM_STALL_SECONDS",
     }
     return {key: environ[var] for key, var in names.items() if environ.get(var)}

@@ -27,11 +27,6 @@ class GangTimings:
     # alone). Interleaved at a busy apiserver, a gang's bindings spread over hundreds of
     # milliseconds; 24 lets a gang of 16 start beside the last 8 of the one before.
     bindings_at_once: int = 24
-    # A reserved gang some of whose members reached bind, and no more for this long, is released
-    # early (0: off). kube-scheduler retries a member that one of its own filters also turned
-    # away only on a cluster event, never on Quorum's nudge; failing the held binds is such an
-    # event. Longer than kube-scheduler's longest pod backoff (10 s by default).
-    stall_seconds: float = 15.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
 
 from ..cluster.composites import parts_short
 from ..cluster.records import PodRecord
@@ -38,12 +37,9 @@ BIND_TURN_SECONDS = 2.0
 
 
 class Binder:
-    def __init__(self, core: Core, registry: GangRegistry,
-                 on_held: Callable[[GangState], None] = lambda state: None) -> None:
-        """``on_held`` is told each time a member of a reserved gang is held at bind."""
+    def __init__(self, core: Core, registry: GangRegistry) -> None:
         self.core = core
         self.registry = registry
-        self._on_held = on_held
         self._recent_pods: OrderedDict[str, PodRecord] = OrderedDict()  # uid -> pod at filter (bounded)
         self._turns = BindTurns(core.config.gang.bindings_at_once)
 
@@ -146,7 +142,6 @@ class Binder:
         previous = hold_bind(state, HeldBind(pod, node, answer))
         if previous is not None and not previous.answer.done():
             previous.answer.set_result("superseded by a newer bind call for the same pod")
-        self._on_held(state)
         self.release_if_quorum(state)
         self.registry.sync(state, f"gang {state.key}: {len(state.held)} member(s) waiting at bind")
         try:
@@ -199,7 +194,7 @@ class Binder:
             if parts_short(spec, [*(h.pod for h in state.held.values()),
                                   *self.registry.running_members(state.key)]):
                 return
-        self.registry.timers.cancel(state.key, Deadline.BIND, Deadline.STALL)
+        self.registry.timers.cancel(state.key, Deadline.BIND)
         held = take_held(state)
         # Reserved members beyond quorum that have not reached bind become ordinary extras: they
         # keep no capacity they might never use.

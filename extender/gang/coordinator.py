@@ -65,10 +65,10 @@ class Coordinator:
         core = self.core = Core(config, cache, CapacityLedger(cache), actions, metrics, clock, strict)
         registry = self.registry = GangRegistry(core)
         claim_epoch = ClaimEpoch()  # the queue moves it, the planner's no-fit memo reads it
+        self.binder = Binder(core, registry)
         self.reporter = Reporter(core, registry)
         self.planner = Planner(core, registry, claim_epoch)
         self.retry = Retry(core, registry, self.planner)
-        self.binder = Binder(core, registry, on_held=self.retry.watch_progress)
         self.lifecycle = Lifecycle(core, registry, self.retry, StartedSignal(core))
         self.displacer = Displacer(core, registry, self.lifecycle)
         self.queue = GangQueue(core, registry, self.displacer if config.preemption.enabled else None,

@@ -223,16 +223,10 @@ class GangRegistry:
         for held in take_held(state):
             if not held.answer.done():
                 held.answer.set_result(reason)
-        self.timers.cancel(state.key, Deadline.BIND, Deadline.STALL)
+        self.timers.cancel(state.key, Deadline.BIND)
         clear_reserved(state, reason)
         if freed:
             self.wake_gangs_that_did_not_fit(exclude=state.key)
-
-    def others_wait_for_capacity(self, key: str) -> bool:
-        """Whether a gang other than ``key`` waits, unplaced, because it did not fit."""
-        ledger = self.core.ledger
-        return any(k != key and other.nofit is not None and not ledger.reserved_count(k)
-                   for k, other in self._gangs.items())
 
     def wake_gangs_that_did_not_fit(self, exclude: str) -> None:
         """Capacity came back without a cluster event: nudge gangs that did not fit."""

@@ -17,7 +17,7 @@ from typing import Protocol
 from ..cluster.records import PodRecord
 from .core import Core, alive_count
 from .registry import GangRegistry
-from .state import GangState, count_failure, count_replan, end_backoff, start_backoff
+from .state import GangState, count_failure, end_backoff, start_backoff
 from .timers import Deadline, doubling
 
 log = logging.getLogger(__name__)
@@ -79,46 +79,6 @@ class Retry:
     # ----------------------------------------------------------------- bind deadline
     def arm_deadline(self, state: GangState, on_expiry: Callable[[str], None]) -> None:
         self.registry.timers.arm(state.key, Deadline.BIND, self.core.bind_timeout(state.key), on_expiry)
-
-    # ----------------------------------------------------------------- stalled reservations
-    def watch_progress(self, state: GangState) -> None:
-        """A member of a reserved gang was held at bind: the next one has ``stall_seconds``."""
-        seconds = self.core.config.gang.stall_seconds
-        if seconds > 0:
-            self.registry.timers.arm(state.key, Deadline.STALL, seconds, self._stalled)
-
-    def _stalled(self, key: str) -> None:
-        """No member reached bind for ``stall_seconds`` while other gangs wait for capacity:
-        release the reservation now.
-
-        The missing members may be pods one of kube-scheduler's own filters also turned away (the
-        nodes it saw free were too few, or held by others). kube-scheduler retries such a pod only
-        on a cluster event that could help that filter (a pod deleted, a node added), never on a
-        nudge. A held bind that fails is such an event: kube-scheduler forgets the assumed pod as
-        if it were deleted. So the release frees capacity the gang cannot use yet and brings the
-        missing members back; the gang is placed again when they come, without a backoff until it
-        has stalled more than ``maxReplans`` times.
-        """
-        state = self.registry.gangs.get(key)
-        if state is None or not state.held or state.binds_in_flight:
-            return
-        if not self.core.ledger.reserved_count(key):
-            return
-        if not self.registry.others_wait_for_capacity(key):
-            # Nobody else could use the capacity: holding it costs nothing, and the members may
-            # wait for something a failed bind does not change (a node selector no node matches).
-            self.watch_progress(state)
-            return
-        timings = self.core.config.gang
-        min_count = self.core.min_count(state, self.core.cache.gang_spec(key))
-        reason = (f"gang {key}: no member reached bind for {timings.stall_seconds:g}s "
-                  f"({len(state.held)}/{min_count} held); released so that kube-scheduler retries the others")
-        log.info("gang stalled", extra={"gang": key, "held": len(state.held), "reason": reason})
-        self.registry.release(state, reason, "stalled")
-        if count_replan(state, timings.max_replans):
-            self.back_off(state, reason)
-        else:
-            self.registry.sync(state, reason)
 
     # ----------------------------------------------------------------- backoff
     def back_off(self, state: GangState, reason: str) -> None:

@@ -1,11 +1,10 @@
 """A gang's deadlines, armed and cancelled in one place.
 
 A gang has at most one timer of each kind: the bind deadline (quorum must be reached at bind in
-time), the stall deadline (members must keep reaching bind), the end of a backoff, the readiness
-deadline, the recovery deadline, the deferred write of a waiting gang's shortfall and the deferred
-Event of a passing phase. Arming a kind replaces the one armed before; a timer that fires is
-forgotten before its callback runs, so the callback may arm the same kind again. Parts ask whether
-a kind is armed instead of keeping handles.
+time), the end of a backoff, the readiness deadline, the recovery deadline, the deferred write
+of a waiting gang's shortfall and the deferred Event of a passing phase. Arming a kind
+replaces the one armed before; a timer that fires is forgotten before its callback runs, so the
+callback may arm the same kind again. Parts ask whether a kind is armed instead of keeping handles.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from enum import StrEnum
 
 class Deadline(StrEnum):
     BIND = "bind"  # quorum at bind within the bind timeout (``retry.py``)
-    STALL = "stall"  # a reserved gang's next member at bind, soon after the last (``retry.py``)
     BACKOFF = "backoff"  # the end of a backoff (``retry.py``)
     READY = "ready"  # minCount members Ready after the quorum bind (``lifecycle.py``)
     RECOVERY = "recovery"  # a recovering gang whole again (``lifecycle.py``)

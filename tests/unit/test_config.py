@@ -44,7 +44,6 @@ gang:
   backoffMaxSeconds: 120
   maxReplans: 5
   bindingsAtOnce: 8
-  stallSeconds: 20
 lifecycle: {podsReadyTimeoutSeconds: 600, backoffBaseSeconds: 60}
 starvation: {claimAfterSeconds: 30}
 preemption: {enabled: true}
@@ -84,7 +83,7 @@ def test_defaults() -> None:
         ("rack", "topology.quorum.dev/rack"),
         ("host", "kubernetes.io/hostname"),
     ]
-    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 24, 15.0)
+    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 24)
     assert config.max_request_bytes == 32 * 1024 * 1024
     assert (config.log_level, config.log_format) == ("info", "json")
 
@@ -108,7 +107,7 @@ def test_full_file(tmp_path: Path) -> None:
         TopologyLevel("rack", "topology.quorum.dev/rack"),
         TopologyLevel("hostname", "kubernetes.io/hostname"),  # name defaults to the label's last part
     )
-    assert config.gang == GangTimings(45.0, 2.5, 120.0, 5, 8, 20.0)
+    assert config.gang == GangTimings(45.0, 2.5, 120.0, 5, 8)
     assert config.max_request_bytes == 4194304
     assert (config.log_level, config.log_format) == ("debug", "text")
     assert config.autoscaling.provisioning_requests is True
@@ -204,9 +203,6 @@ INVALID = [
     ("gang.maxReplans", "3", "gang.maxReplans"),
     ("gang.bindingsAtOnce", -1, "gang.bindingsAtOnce"),
     ("gang.bindingsAtOnce", 1.5, "gang.bindingsAtOnce"),
-    ("gang.stallSeconds", -1, "gang.stallSeconds"),
-    ("gang.stallSeconds", "15s", "gang.stallSeconds"),
-    ("gang.stallSeconds", True, "gang.stallSeconds"),
     ("gang.timeout", 30, "gang.timeout"),
     ("gang", 30, "gang"),
     ("lifecycle.podsReadyTimeoutSeconds", -1, "lifecycle.podsReadyTimeoutSeconds"),
@@ -304,14 +300,6 @@ def test_a_bind_timeout_override_keeps_every_other_gang_setting() -> None:
     assert config.gang == replace(chosen, bind_timeout_seconds=12.5)
 
 
-def test_stall_seconds_zero_turns_the_early_release_off_from_the_file_or_the_environment() -> None:
-    assert from_mapping({"gang": {"stallSeconds": 0}}).gang.stall_seconds == 0.0
-    assert from_mapping({"gang": {"stallSeconds": 7.5}}).gang.stall_seconds == 7.5
-    chosen = GangTimings(bind_timeout_seconds=40.0, max_replans=9)
-    assert apply_overrides(Config(gang=chosen), {"stall": "0"}).gang == replace(chosen, stall_seconds=0.0)
-    assert env_overrides({"QUORUM_STALL_SECONDS": "12"}) == {"stall": "12"}
-
-
 def test_apply_overrides_skips_unset_values() -> None:
     config = Config(port=9443)
     assert apply_overrides(config, {"port": None, "host": "", "bind_timeout": None}) == config
@@ -327,8 +315,6 @@ def test_apply_overrides_skips_unset_values() -> None:
         ({"bind_timeout": "0"}, "bind-timeout"),
         ({"bind_timeout": "-3"}, "bind-timeout"),
         ({"bind_timeout": "nan"}, "bind-timeout"),
-        ({"stall": "-1"}, "stall-seconds"),
-        ({"stall": "soon"}, "stall-seconds"),
         ({"log_level": "trace"}, "log.level"),
         ({"log_format": "yaml"}, "log.format"),
         ({"colour": "yes"}, "colour"),
