@@ -89,15 +89,19 @@ def checkout(revision: str) -> tuple[str, Path]:
 
 def restart_quorum(directory: Path, env_set: dict[str, str] | None = None,
                    env_unset: frozenset[str] = frozenset()) -> None:
-    """Stop the cluster's Quorum and start the code in ``directory`` with its arguments and
-    environment (``python -m extender`` imports the package from the working directory), less
-    ``env_unset``, plus ``env_set``."""
+    """Stop the cluster's Quorum and start the code in ``directory`` with its arguments (its config
+    file taken from ``directory``) and environment (``python -m extender`` imports the package from
+    the working directory), less ``env_unset``, plus ``env_set``."""
     pid = cb_procs.pid_of("quorum")
     if pid is None:
         raise RuntimeError("Quorum is not running (start the cluster with hack/cluster-up.sh)")
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[:-1]]
-    pairs = (e.decode().partition("=") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
-    env = {name: value for name, _, value in pairs if name not in env_unset} | (env_set or {})
+    # The checkout's own config file: an older revision refuses a key a newer one added.
+    argv = [str(directory / Path(a).relative_to(ROOT)) if a.startswith(f"{ROOT}/scheduler-config/") else a
+            for a in argv]
+    env = {name: value for name, value in running_quorum_env().items() if name not in env_unset}
+    env |= env_set or {}
+    SET_HERE.write_text("\n".join(sorted(env_set or {})))  # for a later run, should this one be stopped
     os.kill(pid, signal.SIGTERM)
     ours = _STARTED.pop(pid, None)
     if ours is not None:  # our child: reaped here, or its zombie would look alive below
@@ -124,6 +128,17 @@ def restart_quorum(directory: Path, env_set: dict[str, str] | None = None,
         except OSError:
             time.sleep(0.5)
     raise RuntimeError(f"Quorum from {directory} did not become ready")
+
+
+SET_HERE = CLUSTER_DIR / "quorum-ab-env"  # the variables a comparison gave the running Quorum
+
+
+def running_quorum_env() -> dict[str, str]:
+    pid = cb_procs.pid_of("quorum")
+    if pid is None:
+        return {}
+    pairs = (e.decode().partition("=") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
+    return {name: value for name, _, value in pairs}
 
 
 def one_revision(variant: Variant, rep: int, args: argparse.Namespace,
@@ -168,7 +183,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     sides = variants(args.revisions)
-    env_unset = frozenset(name for side in sides for name in side.env)  # no side inherits another's
+    # No side inherits another's variables, nor those a comparison stopped half-way left on the
+    # running Quorum.
+    leftover = set(SET_HERE.read_text().split()) if SET_HERE.exists() else set()
+    env_unset = frozenset({name for side in sides for name in side.env} | leftover)
     rows: list[dict[str, Any]] = []
     try:
         for rep in range(args.reps):
