@@ -157,9 +157,10 @@ class Lifecycle:
         state = self.registry.gangs.get(key)
         if state is None or state.phase not in (Phase.RECOVERING, Phase.BINDING) or not state.started:
             return
-        timeout = self.recovery_timeout(core.cache.gang_spec(key))
+        spec = core.cache.gang_spec(key)
+        timeout = self.recovery_timeout(spec)
         running = self.registry.running_count(key)
-        needed = core.min_count(state, core.cache.gang_spec(key))
+        needed = core.min_count(state, spec)
         self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running} of {needed} members "
                             f"running)", "recovery-timeout",
                      due=lambda s: s.started and s.phase in (Phase.RECOVERING, Phase.BINDING))
