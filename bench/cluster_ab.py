@@ -99,7 +99,7 @@ def restart_quorum(directory: Path, env_set: dict[str, str] | None = None,
     # The checkout's own config file: an older revision refuses a key a newer one added.
     argv = [str(directory / Path(a).relative_to(ROOT)) if a.startswith(f"{ROOT}/scheduler-config/") else a
             for a in argv]
-    env = {name: value for name, value in running_quorum_env().items() if name not in env_unset}
+    env = {name: value for name, value in quorum_env(pid).items() if name not in env_unset}
     env |= env_set or {}
     SET_HERE.write_text("\n".join(sorted(env_set or {})))  # for a later run, should this one be stopped
     os.kill(pid, signal.SIGTERM)
@@ -133,10 +133,8 @@ def restart_quorum(directory: Path, env_set: dict[str, str] | None = None,
 SET_HERE = CLUSTER_DIR / "quorum-ab-env"  # the variables a comparison gave the running Quorum
 
 
-def running_quorum_env() -> dict[str, str]:
-    pid = cb_procs.pid_of("quorum")
-    if pid is None:
-        return {}
+def quorum_env(pid: int) -> dict[str, str]:
+    """The environment Quorum's process ``pid`` was started with."""
     pairs = (e.decode().partition("=") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e)
     return {name: value for name, _, value in pairs}
 
