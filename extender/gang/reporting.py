@@ -55,6 +55,11 @@ FINISHING_EVENT = (NORMAL, "Finishing", "Finish")
 # Events a gang fewer otherwise, under the recorder's rate limit).
 PASSING_PHASES = (Phase.RESERVED, Phase.BINDING)
 PASSING_EVENT_SECONDS = 5.0
+# A gang that falls below minCount while members are being deleted may be going as a whole (its
+# Job or namespace deleted, the garbage collector taking pods one by one): its Recovering Event and
+# conditions wait this long, or until the gang moves on, and are dropped if by then every member is
+# on its way out. A failed member or a lost node is reported at once.
+RECOVERING_GRACE_SECONDS = 5.0
 
 
 # A waiting gang's shortfall goes to its conditions at most this often (its Event takes each one).
@@ -75,7 +80,7 @@ class Reported:
     was_recovering: bool = False  # since Recovering, not yet whole again (its Event says Recovered)
     conditions: Applied = field(default_factory=dict)  # applied to the PodGroup, per type
     nofit_written_at: float = -NOFIT_CONDITION_SECONDS  # when a shortfall last went to the conditions
-    passing: tuple[Phase, str] | None = None  # a passing phase entered, and its note (Event deferred)
+    passing: tuple[Phase, str] | None = None  # a passing phase entered (or Recovering held back), its note
     sent: set[tuple[str, bool, str, str]] = field(default_factory=set)  # values applied, recent ones
     reasserted_at: float = -REASSERT_SECONDS  # when Quorum last put back a replaced condition
 
@@ -100,7 +105,7 @@ class Reporter:
         home = spec.home if spec is not None else None
         if home is not None:
             return ObjectRef(home.kind, home.api_version, home.namespace, home.name)
-        members = self.core.cache.members(key)
+        members = [m for m in self.core.cache.members(key) if not m.deleting]  # not one on its way out
         if not members:
             return None
         first = min(members, key=lambda m: m.name)
@@ -121,14 +126,28 @@ class Reporter:
             reason = f"gang {state.key}: its members are finishing ({len(state.finished)} succeeded)"
         note = reason or f"gang {state.key}: {target}"
         timers = self._registry.timers
+        held = reported.passing
+        if held is not None and held[0] == Phase.RECOVERING and not self._going(state.key):
+            self._record(state.key, PHASE_EVENTS[Phase.RECOVERING], held[1])  # before what follows it
         if target in PASSING_PHASES:
             reported.passing = (target, note)
             timers.arm(state.key, Deadline.PASSING, PASSING_EVENT_SECONDS, self._still_passing)
+        elif target == Phase.RECOVERING and self._leaving(state.key):
+            reported.passing = (target, note)
+            timers.arm(state.key, Deadline.PASSING, RECOVERING_GRACE_SECONDS, self._still_passing)
         else:
             reported.passing = None
             timers.cancel(state.key, Deadline.PASSING)
             self._record(state.key, (type_, event_reason, action), note)
         self.conditions(state)
+
+    def _leaving(self, key: str) -> bool:
+        """A member is being deleted: the gang may be going as a whole."""
+        return any(m.deleting for m in self.core.cache.members(key))
+
+    def _going(self, key: str) -> bool:
+        """Every member is being deleted, or none is left: the gang is going, not recovering."""
+        return all(m.deleting for m in self.core.cache.members(key))
 
     def _record(self, key: str, event: tuple[str, str, str], note: str) -> None:
         ref = self._target(key)
@@ -139,8 +158,15 @@ class Reporter:
         """The gang has stayed in a passing phase: now its Event says where it is held."""
         state = self._registry.gangs.get(key)
         passing = self._reported.of(state).passing if state is not None else None
-        if state is not None and passing is not None and passing[0] == state.phase:
+        if state is None or passing is None or passing[0] != state.phase:
+            return
+        if state.phase != Phase.RECOVERING:
             self._record(key, PHASE_EVENTS[state.phase], passing[1])
+            return
+        self._reported.of(state).passing = None
+        if not self._going(key):  # members stay (or replacements came): a loss, not a deletion
+            self._record(key, PHASE_EVENTS[Phase.RECOVERING], passing[1])
+            self.conditions(state)
 
     def nofit(self, state: GangState) -> None:
         """A gang that does not fit stays Pending: its shortfall is worth an Event all the same.
@@ -177,13 +203,10 @@ class Reporter:
         with ``only``, just that type is looked at."""
         spec = self.core.cache.gang_spec(state.key)
         home = spec.home if spec is not None else None
-        if home is None or not home.conditions:
+        if home is None or not home.conditions or self._held_back(state):
             return
         applied = self._reported.of(state).conditions
-        # The message counts too: a condition set while members were still arriving must not keep
-        # saying so once the gang's reason is that it does not fit.
-        wanted = [c for c in self._wanted(state, applied)
-                  if (not only or c.type == only) and applied.get(c.type) != (c.status, c.reason, c.message)]
+        wanted = self._changed(state, applied, only)
         if not wanted:
             return
         sent = self._reported.of(state).sent
@@ -200,6 +223,22 @@ class Reporter:
         for part in spec.parts if spec is not None else ():  # a composite's PodGroups show its state
             if part.home is not None:
                 self.core.spawn(self.core.actions.set_gang_conditions(part.home, full))
+
+    def _changed(self, state: GangState, applied: Applied, only: str) -> list[GangCondition]:
+        """The conditions (of type ``only``, if given) whose value differs from the one applied.
+
+        The message counts too: a condition set while members were still arriving must not keep
+        saying so once the gang's reason is that it does not fit."""
+        return [c for c in self._wanted(state, applied)
+                if (not only or c.type == only) and applied.get(c.type) != (c.status, c.reason, c.message)]
+
+    def _held_back(self, state: GangState) -> bool:
+        """A Recovering gang whose report waits out the grace, or that turned out to be going:
+        nothing is written to an object about to be deleted with it."""
+        if state.phase != Phase.RECOVERING:
+            return False
+        passing = self._reported.of(state).passing
+        return (passing is not None and passing[0] == Phase.RECOVERING) or self._going(state.key)
 
     def conditions_shown(self, key: str) -> None:
         """The gang's object changed: a condition Quorum applied may show another writer's value.
