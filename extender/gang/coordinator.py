@@ -42,7 +42,7 @@ from .planning import Planner, honour_nominations
 from .provisioning import Provisioner
 from .queue import GangQueue
 from .reactions import CacheReactions
-from .registry import GangRegistry
+from .registry import GangRegistry, tally
 from .reporting import Reporter
 from .retry import RECHECK_DELAY_SECONDS, STALE_ANSWER_WINDOW_SECONDS, Retry
 from .scores import Scorer
@@ -346,7 +346,7 @@ class Coordinator:
         min_count = self.core.min_count(state, spec)
         reached = len(state.held) + self.registry.running_count(key)
         reason = (f"gang {key}: quorum not reached within {self.core.bind_timeout(key):g}s "
-                  f"({reached}/{min_count} members reached bind)")
+                  f"({tally(reached, min_count, 'reached bind')})")
         self.core.metrics.reservation_timeouts.inc()
         self.registry.release(state, reason, "timeout")
         self.retry.back_off(state, reason)

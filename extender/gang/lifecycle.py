@@ -30,7 +30,7 @@ from ..cluster.records import GangHome, GangSpec, PodRecord
 from .core import Core, EvictionFailed, runs
 from .effects import ANNOTATION_BACKOFF_UNTIL, ANNOTATION_DEACTIVATED, ANNOTATION_REQUEUES, WARNING
 from .evictions import EvictionAsk, WholeGangEvictions, refusal_delay
-from .registry import GangRegistry
+from .registry import GangRegistry, tally
 from .retry import Retry
 from .started import StartedSignal
 from .state import AfterBind, GangState, Phase, mark_started
@@ -148,7 +148,7 @@ class Lifecycle:
         spec = core.cache.gang_spec(key)
         timeout = self.ready_timeout(spec)
         ready, needed = self.registry.ready_count(key), core.min_count(state, spec)
-        self.requeue(state, f"gang {key}: {ready}/{needed} members Ready within {timeout:g}s of the "
+        self.requeue(state, f"gang {key}: {tally(ready, needed, 'Ready')} within {timeout:g}s of the "
                             f"quorum bind (readiness timeout)", "readiness-timeout",
                      due=lambda s: s.started and not s.pods_ready and not s.completing)
 
@@ -159,10 +159,8 @@ class Lifecycle:
             return
         spec = core.cache.gang_spec(key)
         timeout = self.recovery_timeout(spec)
-        running = self.registry.running_count(key)
-        needed = core.min_count(state, spec)
-        self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({running} of {needed} members "
-                            f"running)", "recovery-timeout",
+        counted = tally(self.registry.running_count(key), core.min_count(state, spec), "running")
+        self.requeue(state, f"gang {key}: not recovered within {timeout:g}s ({counted})", "recovery-timeout",
                      due=lambda s: s.started and s.phase in (Phase.RECOVERING, Phase.BINDING))
 
     # ------------------------------------------------------------------ requeue

@@ -33,6 +33,10 @@ PhaseObserver = Callable[[GangState, Phase, Phase, str], None]
 T = TypeVar("T")
 
 
+def tally(count: int, needed: int, what: str) -> str:
+    """How many members are ``what`` of the ``needed``: one wording for every reason that counts."""
+    return f"{count} of {needed} members {what}"
+
 class GangTable(Generic[T]):
     """One part's own facts about each gang, kept only while the registry knows the gang."""
 
@@ -207,9 +211,9 @@ class GangRegistry:
 
     def _recovering_reason(self, state: GangState, facts: Facts) -> str:
         if facts.running < facts.min_count:
-            return f"gang {state.key}: {facts.running} of {facts.min_count} members running, members lost"
+            return f"gang {state.key}: {tally(facts.running, facts.min_count, 'running')}, members lost"
         ready = self.ready_count(state.key)
-        return f"gang {state.key}: {ready} of {facts.min_count} members Ready, readiness lost"
+        return f"gang {state.key}: {tally(ready, facts.min_count, 'Ready')}, readiness lost"
 
     def release(self, state: GangState, reason: str, metric_reason: str) -> None:
         """Drop the whole reservation and answer every held bind with an error.

@@ -424,7 +424,7 @@ async def test_quorum_timeout_releases_everything_and_backs_off_exponentially() 
     world.filter("w0")
     node0 = world.coordinator.reservation_of("ml/w")["uid-w0"]
     answer = await world.bind("w0", node0)
-    assert "quorum not reached within 0.05s (1/3 members reached bind)" in answer
+    assert "quorum not reached within 0.05s (1 of 3 members reached bind)" in answer
     assert world.coordinator.reservation_of("ml/w") == {} and world.coordinator.held_binds("ml/w") == []
     assert world.coordinator.reserved_nodes() == []
     assert world.actions.bound == []

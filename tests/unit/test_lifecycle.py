@@ -102,7 +102,7 @@ async def test_a_gang_never_ready_is_evicted_whole_and_backed_off_after_the_time
     assert sorted(world.actions.evicted) == names
     assert world.coordinator.phase_of("ml/g") == "Backoff"
     assert 59 < world.coordinator.backoff_left("ml/g") <= 60
-    assert "0/2 members Ready within 0.05s" in world.coordinator.reason_of("ml/g")
+    assert "0 of 2 members Ready within 0.05s" in world.coordinator.reason_of("ml/g")
     assert world.actions.annotations["ml/g"][ANNOTATION_REQUEUES] == "1"
     assert float(world.actions.annotations["ml/g"][ANNOTATION_BACKOFF_UNTIL]) > 0
     assert world.sample("quorum_gang_requeues_total", reason="readiness-timeout") == 1
