@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from extender.gang.reporting import RECOVERING_GRACE_SECONDS
+
 from .lifecycle_support import (
     NodeFaults,
     fail_pod,
@@ -233,4 +235,27 @@ def test_a_ready_gang_whose_node_goes_not_ready_is_requeued_whole_after_the_reco
     note = str(requeued[0].get("note") or requeued[0].get("message")) if requeued else ""
     assert "not recovered within 10s" in note, requeued
     sc.record("node_not_ready", {"evicted_after_seconds": evicted_after, "events": seen})
+    sc.finish()
+
+
+# ------------------------------------------------------------------------------------ teardown
+def test_deleting_a_running_gangs_job_gives_no_warning_and_writes_nothing_to_its_podgroup(
+        scenario: Scenario) -> None:
+    """The garbage collector deletes the Job's pods one by one: each loss must not read as a failure
+    (a Warning ``Recovering`` Event and condition writes on a PodGroup about to go)."""
+    sc, topo = scenario, scenario.topo
+    size, gpus = 4, max(1, topo.gpus_per_node // 2)
+    start_gang(sc, "gone", size, gpus)
+    sc.wait_for("the gang bound", lambda: live_bound(sc, "gone", size), timeout=60)
+    sc.wait_for("the gang Ready", lambda: (condition(sc, "gone", "quorum.dev/PodsReady") or {})
+                .get("status") == "True", timeout=30)
+    before = (podgroup(sc, "gone").get("status") or {}).get("conditions")
+    sc.kube.batch.delete_namespaced_job("gone", sc.ns, propagation_policy="Background", _request_timeout=30)
+    sc.wait_for("every pod of the Job gone", lambda: not job_pods(sc.kube, sc.ns, "gone"), timeout=60)
+    time.sleep(RECOVERING_GRACE_SECONDS + 2)  # past Quorum's grace, with every member gone
+    warnings = [(e.get("reason"), e.get("note") or e.get("message"))
+                for e in quorum_events(sc, "PodGroup", "gone") if e.get("type") == "Warning"]
+    assert warnings == [], warnings
+    assert (podgroup(sc, "gone").get("status") or {}).get("conditions") == before
+    sc.record("job_deleted", {"events": reasons(quorum_events(sc, "PodGroup", "gone"))})
     sc.finish()
