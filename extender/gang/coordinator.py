@@ -220,11 +220,6 @@ class Coordinator:
         if cached is not None:
             self.retry.note_rejection(g.state)
             return reject_all(g.candidates, cached)
-        claim = self.queue.claim
-        decision = gates.parked_mates_gate(core, self.retry.is_parked, claim.gang if claim else None, g)
-        if decision is not None:
-            self.retry.note_rejection(g.state)
-            return decision
         return self.place(g)
 
     def _reservation_gate(self, g: GateInput) -> FilterDecision | None:

@@ -22,7 +22,6 @@ Pods outside gangs pass through ``protect_reservations`` only. Gang rejections a
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..cluster.composites import parts_short
@@ -226,25 +225,3 @@ def reserved_for_others_gate(core: Core, g: GateInput) -> FilterDecision | None:
         return reject_all(g.candidates, f"gang {g.state.key}: reserved for other members, "
                                         f"waiting for them to bind")
     return None
-
-
-def parked_mates_gate(core: Core, is_parked: Callable[[str], bool], claimant: str | None,
-                      g: GateInput) -> FilterDecision | None:
-    """A gang that did not fit, asked again by a member kube-scheduler has not turned away while
-    mates it did turn away wait: not placed now.
-
-    kube-scheduler queues a rejected pod behind every pod it has not tried yet. A reservation made
-    now would idle until those mates come round (tens of seconds in an oversubscribed cluster,
-    often past the bind timeout) while gangs whose members come one after another could have bound
-    on it at once. Turned away too, the gang's members wait together and come back together, and
-    the first of them places it. Not for the gang that holds the queue's claim (no other gang may
-    use that room) or one that ran (its replacements rejoin it)."""
-    state = g.state
-    if state.nofit is None or state.started or claimant == state.key or is_parked(g.pod.uid):
-        return None
-    parked = sum(1 for m in g.members if m.pending and is_parked(m.uid))
-    if not parked:
-        return None
-    core.metrics.placements.labels("deferred").inc()
-    return reject_all(g.candidates, f"{state.reason}; {parked} of its members wait to be retried, "
-                                    f"this one with them")

@@ -261,7 +261,7 @@ async def test_no_fit_is_not_recomputed_for_each_member_until_something_changes(
     assert world.sample("quorum_placements_total", result="nofit") == 1
     world.cache.upsert_node(make_node("b9-r9-n9", "b9", "b9-r9", gpus=64))
     world.names.append("b9-r9-n9")
-    decision = world.filter("w0")  # back in turn (w4, never tried, waits for it: test_parked_mates.py)
+    decision = world.filter("w4")
     assert len(decision.passing) == 1
     assert world.sample("quorum_placements_total", result="nofit") == 1
     assert world.sample("quorum_placements_total", result="fit") == 1
