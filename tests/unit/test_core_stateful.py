@@ -269,6 +269,7 @@ class CoreMachine(RuleBasedStateMachine):
                 # Members that name the PodGroup and declare a larger quorum of their own (a Job's
                 # annotations) now count toward that one: minCount raised over running members.
                 self.model.disturbed.add(key)
+            self._disturb_composite()  # a part gone leaves the composite's running members short
             self._disturb_moved(before)
             return
         existing = self.model.podgroups.get(group)
