@@ -103,8 +103,8 @@ install_crd
 
 log "starting cluster-autoscaler ($((blocks * racks)) node groups of at most $max nodes)"
 flags=(--cloud-provider=kwok --kubeconfig="$KUBECONFIG" --namespace="$NAMESPACE" --leader-elect=false
-       --address=127.0.0.1:18085 --scan-interval=5s --scale-down-unneeded-time=30s
-       --scale-down-delay-after-add=30s --scale-down-delay-after-delete=0s --max-node-provision-time=2m
+       --address=127.0.0.1:18085 --scan-interval=5s --scale-down-unneeded-time=15s
+       --scale-down-delay-after-add=15s --scale-down-delay-after-delete=0s --max-node-provision-time=2m
        --enable-provisioning-requests=true --v=2)
 [[ -n "$bypass" ]] && flags+=(--bypassed-scheduler-names="$bypass")
 # shellcheck disable=SC2206  # extra flags are words by design

@@ -31,8 +31,8 @@ GPUS_PER_NODE = 8  # hack/autoscaler-up.sh's node groups, as the static nodes (N
 DEADLOCK_WATCH_SECONDS = 25.0  # five of the autoscaler's scan intervals (5 s here)
 BIND_BOUND_SECONDS = 120.0  # split scale-up, Quorum's request, the autoscaler's answer, the nodes
 CONSUME = "autoscaling.x-k8s.io/consume-provisioning-request"
-UNNEEDED_SECONDS = 30.0  # the local autoscaler's --scale-down-unneeded-time
-SLOW_BOOT_SECONDS = 45.0  # the late nodes of (e) boot this long after they were made
+UNNEEDED_SECONDS = 15.0  # the local autoscaler's --scale-down-unneeded-time
+SLOW_BOOT_SECONDS = 30.0  # the late nodes of (e) boot this long after they were made
 
 
 def stamp(text: str) -> float:
@@ -69,7 +69,7 @@ def test_a_jobset_like_gang_from_zero_gpu_nodes_gets_its_nodes_and_binds_whole(
     nodes boot 3 s apart, as a cloud's join one by one: no member binds before the last one."""
     sc = autoscaled
     gpus = GPUS_PER_NODE
-    # Nodes of an earlier scenario go once unneeded for 30 s (the local autoscaler's setting).
+    # Nodes of an earlier scenario go once unneeded for 15 s (the local autoscaler's setting).
     sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
                 interval=2)
     booter.plan([0.0, 3.0, 6.0, 9.0])
@@ -191,7 +191,7 @@ def test_d_a_gang_deleted_while_its_capacity_is_provisioned_leaves_nothing_behin
     """The gang's pods go while Quorum's request is out and its nodes are still booting (three of
     the four boot 20 s after they were made; the pods consume the request, so the autoscaler adds
     nodes only through it): the request and its PodTemplate are deleted, and the autoscaler removes
-    the nodes it added once they are unneeded (30 s here)."""
+    the nodes it added once they are unneeded (15 s here)."""
     sc = autoscaled
     sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,
                 interval=2)
@@ -253,7 +253,7 @@ def test_e_nodes_that_boot_slowly_are_kept_and_the_gang_binds_whole_once_the_las
         autoscaled: Scenario, booter: Booter) -> None:
     """From zero nodes, a required-rack gang of 4 whole nodes whose pods consume Quorum's request
     (no rack is known yet: the request keeps its pods in one, by pod affinity). Two of the new nodes
-    boot at once, the other two 45 s later (the autoscaler removes nodes unneeded for 30 s). The
+    boot at once, the other two 30 s later (the autoscaler removes nodes unneeded for 15 s). The
     early nodes stay, nothing binds before the last node boots, and the gang binds whole."""
     sc = autoscaled
     sc.wait_for("no autoscaled node left from before", lambda: not autoscaled_nodes(sc.kube), timeout=150,

@@ -77,7 +77,7 @@ def test_a_budget_on_one_member_spares_the_whole_victim_gang_until_it_is_deleted
         assert BUDGET in " ".join(notes), f"the refusal names the budget: {notes}"
         assert any("none was evicted" in note for note in notes), notes
         # kube-scheduler keeps retrying the preemptor; any eviction would show by now.
-        time.sleep(10)
+        time.sleep(5)
         assert all_running(sc, list(low)), "no member of a gang a budget protects is evicted"
         assert all_running(sc, keep), "pods at the preemptor's own priority are never victims"
         assert live_bound(sc, "high", size) is None, "the preemptor binds nothing meanwhile"
