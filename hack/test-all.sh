@@ -47,7 +47,7 @@ step "lint, layers and type checks"
 .venv/bin/mypy
 
 step "unit tests"
-.venv/bin/python -m pytest tests/unit -q
+.venv/bin/python -m pytest tests/unit -q -n auto   # one worker per core (pytest-xdist)
 
 if [[ "${E2E:-1}" == "0" ]]; then
   echo "E2E=0: skipping the end-to-end suite"
