@@ -92,7 +92,7 @@ def test_a_gang_whose_podgroup_never_preempts_evicts_nothing(scenario: Scenario,
     assert group["spec"].get("preemptionPolicy") == "Never", f"the apiserver dropped it: {group['spec']}"
     members = sc.wait_for("the gang's pods", lambda: [p["metadata"]["name"] for p in sc.gang_pods(
         "g").values()] if len(sc.gang_pods("g")) == size else None, timeout=60)
-    sc.assert_unbound_for(members, 15, what="a gang whose PodGroup never preempts")
+    sc.assert_unbound_for(members, 8, what="a gang whose PodGroup never preempts")
     assert all_running(sc, [victim, *keep]), "nothing is evicted for a gang that never preempts"
     assert "Preempting" not in quorum_event_reasons(sc, "PodGroup", "g")
     sc.finish()

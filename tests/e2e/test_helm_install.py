@@ -119,7 +119,7 @@ def test_gang_binds_whole_in_one_rack_through_the_release(release: str, kube: Ku
     racks = {kube.raw(kube.core.read_node, n)["metadata"]["labels"]["topology.quorum.dev/rack"]
              for n in nodes}
     assert len(racks) == 1, racks
-    time.sleep(10)
+    time.sleep(5)
     assert bound(kube, GANGS, "toobig") == [], "a gang that fits no rack bound members"
 
 

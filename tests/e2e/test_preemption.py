@@ -221,7 +221,7 @@ def test_a_gang_whose_pods_never_preempt_evicts_nothing(scenario: Scenario,
     if sc.topo.shortfall(nodes_per_rack=2) or len(sc.topo.racks) < 2:
         pytest.skip("needs >= 2 racks of >= 2 nodes")
     keep, victim, names, _ = _rack_short_of_one_node(sc, never=True)
-    sc.assert_unbound_for(names, 15, what="a gang that may not preempt")
+    sc.assert_unbound_for(names, 8, what="a gang that may not preempt")
     assert all_running(sc, [victim, *keep]), "nothing is evicted for a gang that never preempts"
     assert "Preempting" not in quorum_event_reasons(sc, "Pod", "g-0")
     sc.finish()
@@ -236,7 +236,7 @@ def test_with_preemption_disabled_a_gang_evicts_nothing(reconfigure: Reconfigure
         pytest.skip("needs >= 2 racks of >= 2 nodes")
     reconfigure.apply({"preemption": {"enabled": False}})
     keep, victim, names, _ = _rack_short_of_one_node(sc, never=False)
-    sc.assert_unbound_for(names, 15, what="a gang while preemption is disabled")
+    sc.assert_unbound_for(names, 8, what="a gang while preemption is disabled")
     assert all_running(sc, [victim, *keep]), "nothing is evicted with preemption disabled"
     assert "Preempting" not in quorum_event_reasons(sc, "Pod", "g-0")
     sc.finish()
