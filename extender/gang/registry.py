@@ -37,6 +37,7 @@ def tally(count: int, needed: int, what: str) -> str:
     """How many members are ``what`` of the ``needed``: one wording for every reason that counts."""
     return f"{count} of {needed} members {what}"
 
+
 class GangTable(Generic[T]):
     """One part's own facts about each gang, kept only while the registry knows the gang."""
 
