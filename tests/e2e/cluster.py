@@ -33,6 +33,7 @@ ANN_PREFERRED = "quorum.dev/preferred-topology"
 E2E_LABEL = "quorum.dev/e2e"
 ROLE_LABEL = "e2e.quorum.dev/role"
 PODGROUP_API = ("scheduling.k8s.io", "v1beta1", "podgroups")
+JOBSET_API = ("jobset.x-k8s.io", "v1alpha2", "jobsets")  # served with hack/cluster-up.sh --jobset
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from .cluster import E2E_LABEL, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
+from .cluster import E2E_LABEL, JOBSET_API, PODGROUP_API, Kube, Quorum, Settings, Topology, gpu_usage, wait
 from .dra import DraDevices
 from .lifecycle_support import NodeFaults, ensure_priority_classes
 from .process import LocalProcess
@@ -97,10 +97,11 @@ def cleanup_namespace(kube: Kube, namespace: str, timeout: float = 90) -> str:
 
     JobSets go first (where the API is served): while one exists, its controller recreates the Jobs
     deleted below. Pods go in one collection call per round rather than one call each."""
+    group, version, plural = JOBSET_API
     try:
-        kube.custom.delete_collection_namespaced_custom_object(
-            "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", propagation_policy="Background",
-            _request_timeout=30)
+        kube.custom.delete_collection_namespaced_custom_object(group, version, namespace, plural,
+                                                               propagation_policy="Background",
+                                                               _request_timeout=30)
     except ApiException as exc:
         if exc.status != 404:
             raise

@@ -19,11 +19,12 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from .cluster import JOBSET_API
 from .scenario import Scenario
 
 pytestmark = pytest.mark.e2e
 
-GROUP, VERSION, PLURAL = "jobset.x-k8s.io", "v1alpha2", "jobsets"
+GROUP, VERSION, PLURAL = JOBSET_API
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
