@@ -7,15 +7,24 @@ resident memory right after a burst of bindings. In the cluster benchmark, thoug
 pod was the same on both loops, and the gangs' bindings tended to take longer to complete on uvloop
 (docs/benchmarks.md, "The event loop"). Bind skew matters more to a gang than those MiB, so the
 standard loop stays the default, and uvloop is there for whoever measures otherwise.
+
+On the standard loop every TLS connection allocates a read buffer of ``SSLProtocol.max_size``
+(256 KiB) when it opens, and reads each record into a new string of that size. A gang of 256 held
+binds arrives on about 256 new connections from kube-scheduler: 64 MiB of buffers at once, and most of
+it still resident a second after they close. Quorum's requests and the apiserver's answers are a
+few KiB, so the standard loop's TLS connections read at most ``TLS_READ_BYTES`` at a time
+(docs/benchmarks.md, "TLS read buffers"). uvloop has its own TLS layer, with no such setting.
 """
 
 from __future__ import annotations
 
 import asyncio
+from asyncio import sslproto
 from collections.abc import Mapping
 
 ENVIRONMENT_VARIABLE = "QUORUM_EVENT_LOOP"
 CHOICES = ("asyncio", "uvloop")
+TLS_READ_BYTES = 64 * 1024  # four TLS records; a 50 MiB body costs about 5% more CPU than at 256 KiB
 
 
 def chosen_loop(environ: Mapping[str, str]) -> str:
@@ -31,4 +40,12 @@ def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
         import uvloop  # imported here: nothing else needs it
 
         return uvloop.new_event_loop()
+    limit_tls_reads(TLS_READ_BYTES)
     return asyncio.new_event_loop()
+
+
+def limit_tls_reads(size: int) -> None:
+    """Size the read buffer of every standard-loop TLS connection opened after the call. It is a
+    class attribute of ``asyncio.sslproto.SSLProtocol`` (Python 3.11 on), so the setting is
+    process-wide, which suits Quorum's one loop."""
+    sslproto.SSLProtocol.max_size = size
