@@ -3,10 +3,11 @@
 Everything Quorum does runs on one loop (the verbs, the watches, the bindings). uvloop does the
 loop's own work for less: about a quarter less CPU per new connection (kube-scheduler keeps two
 idle connections to an extender, so most held bind calls arrive on new ones) and about 20 MiB less
-resident memory right after a burst of bindings. In the cluster benchmark, though, Quorum's CPU per
-pod was the same on both loops, and the gangs' bindings tended to take longer to complete on uvloop
-(docs/benchmarks.md, "The event loop"). Bind skew matters more to a gang than those MiB, so the
-standard loop stays the default, and uvloop is there for whoever measures otherwise.
+resident memory right after a burst of bindings (measured before the TLS read buffers below). In
+the cluster benchmark, though, Quorum's CPU per pod was the same on both loops, and the gangs'
+bindings tended to take longer to complete on uvloop (docs/benchmarks.md, "The event loop"). Bind
+skew matters more to a gang than those MiB, so the standard loop stays the default, and uvloop is
+there for whoever measures otherwise.
 
 On the standard loop every TLS connection allocates a read buffer of ``SSLProtocol.max_size``
 (256 KiB) when it opens, and reads each record into a new string of that size. A gang of 256 held

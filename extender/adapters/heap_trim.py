@@ -11,8 +11,8 @@ cannot mean idle. And when many objects were freed at once (20,000 of Python's a
 since their peak: a finished job's pods deleted, a burst's idle connections to the apiserver closed),
 without much CPU spent, a quiet check trims too, at most every 10 s. After a cluster benchmark run
 the largest such release was the binding connections closing (about 116 TLS connections, each with
-asyncio's 256 KiB read buffer): 31 MiB trimmed within 2 s of their close. Only where the C library
-has it (glibc); elsewhere nothing is done.
+asyncio's 256 KiB read buffer then, 64 KiB since): 31 MiB trimmed within 2 s of their close.
+Only where the C library has it (glibc); elsewhere nothing is done.
 """
 
 from __future__ import annotations
