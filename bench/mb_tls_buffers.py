@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -25,13 +26,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cb_procs import rss_mib  # after the path: cb_procs imports its siblings by name
 
 LARGE_BODY = 50 * 2**20
-
-
-def rss_mib() -> float:
-    with open("/proc/self/statm", encoding="ascii") as fh:
-        return int(fh.read().split()[1]) * 4096 / 2**20
 
 
 def make_certificate(directory: Path) -> tuple[Path, Path]:
@@ -67,7 +66,7 @@ async def one_run(cert: Path, key: Path, held: int) -> dict[str, float]:
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     client_tls = ssl.create_default_context(cafile=str(cert))
-    figures = {"rss_before": rss_mib()}
+    figures = {"rss_before": rss_mib(os.getpid())}
     cpu = time.process_time()
     connector = aiohttp.TCPConnector(ssl=client_tls, limit=0, force_close=True)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -76,11 +75,11 @@ async def one_run(cert: Path, key: Path, held: int) -> dict[str, float]:
                 await resp.read()
         calls = [asyncio.create_task(call()) for _ in range(held)]
         await asyncio.sleep(2)
-        figures["rss_peak"] = rss_mib()
+        figures["rss_peak"] = rss_mib(os.getpid())
         release.set()
         await asyncio.gather(*calls)
     await asyncio.sleep(0.5)
-    figures["rss_after"] = rss_mib()
+    figures["rss_after"] = rss_mib(os.getpid())
     figures["held_cpu_s"] = time.process_time() - cpu
     cpu = time.process_time()
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls)) as session:

@@ -3,9 +3,9 @@
 A gang's bindings go out at once, so a burst of gangs opens many connections (up to about a hundred
 during a cluster benchmark). Kept open, each idle TLS connection holds a read buffer (asyncio's
 256 KiB then, 64 KiB now: ``event_loop.TLS_READ_BYTES``): a hundred of them kept Quorum's resident
-memory 30 MiB above what it needs after the burst. So a few
-connections stay open for long (a gang binding after a quiet spell finds them ready, with no TLS
-handshake in front of its bindings) and the rest, opened for a burst, close soon after it.
+memory 30 MiB above what it needs after the burst. So a few connections stay open for long (a gang
+binding after a quiet spell finds them ready, with no TLS handshake in front of its bindings) and
+the rest, opened for a burst, close soon after it.
 """
 
 from __future__ import annotations
