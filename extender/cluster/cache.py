@@ -97,10 +97,8 @@ class ClusterCache:
 
     def _report_clamped(self, kind: str, key: str, old: Resources | None, new: Resources) -> None:
         """Tell the hook about quantities at the cap, once per object and change, not per event."""
-        if self.on_clamped is None or old == new:
-            return
-        clamped = beyond_capacity(new)
-        if clamped:
+        clamped = beyond_capacity(new) if self.on_clamped is not None and old != new else []
+        if clamped and self.on_clamped is not None:
             self.on_clamped(kind, key, clamped)
 
     def _domain_paths(self, node_name: str) -> Iterable[str]:
@@ -230,21 +228,20 @@ class ClusterCache:
         moved = self._devices_changed(self.device_accounting.with_devices(record))
         old = self.pods.get(record.uid)
         left_gang = old is not None and old.gang_key is not None and old.gang_key != gang_key
-        self._replace_pod(old, record, left_gang)
+        left_declaration = self._replace_pod(old, record, left_gang)
         changed_gang = self.membership.join(gang_key, record.uid, obj) if gang_key else ""
         for event in chain(lifecycle_events(old, record, left_gang), member_events(old, record, gang_key)):
             self._emit(event)
-        if changed_gang:
-            self._emit(CacheEvent(GANG_CHANGED, changed_gang, record))  # pod set: annotations moved
+        for changed in dict.fromkeys(k for k in (left_declaration, changed_gang) if k):
+            self._emit(CacheEvent(GANG_CHANGED, changed, record))  # pod set: annotations moved
         self._emit_devices_moved(moved)
 
-    def _replace_pod(self, old: PodRecord | None, record: PodRecord, left_gang: bool) -> None:
+    def _replace_pod(self, old: PodRecord | None, record: PodRecord, left_gang: bool) -> str:
         """Swap a pod's record and its accounting; the capacity version moves only when what the
-        pod holds did."""
+        pod holds did. Returns the gang it left when that gang's declaration changed with it."""
         if old is not None:
             self._account(old, -1)
-            if left_gang and old.gang_key:
-                self.membership.leave(old.uid, old.gang_key)
+        changed = self.membership.leave(old.uid, old.gang_key) if old and left_gang and old.gang_key else ""
         self.pods[record.uid] = record
         self._account(record, +1)
         self._report_clamped("pods", record.key, old.requests if old else None, record.requests)
@@ -252,6 +249,7 @@ class ClusterCache:
             record.holds_capacity, record.node_name, record.requests
         ):
             self.capacity_version += 1
+        return changed
 
     def delete_pod(self, obj: dict[str, Any]) -> None:
         uid = (obj.get("metadata") or {}).get("uid", "")
@@ -265,10 +263,11 @@ class ClusterCache:
             return
         self._account(record, -1)
         moved = self._devices_changed(self.devices.drop_pod(uid))
-        if record.gang_key:
-            self.membership.leave(uid, record.gang_key)
+        changed = self.membership.leave(uid, record.gang_key) if record.gang_key else ""
         self.capacity_version += 1
         self._emit(CacheEvent(POD_REMOVED, uid, record))
+        if changed:  # the departed member's declaration was the gang's: its mates' declare it now
+            self._emit(CacheEvent(GANG_CHANGED, changed, record))
         if record.holds_capacity:
             self._emit(CacheEvent(CAPACITY_FREED, record.node_name))
         self._emit_devices_moved(moved)

@@ -22,6 +22,10 @@ class Membership:
         # Kept as pods change, so the search for partly bound gangs visits only gangs with both.
         self.pending_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members ready for a node
         self.holding_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members holding capacity
+        # What each member's annotations declare, latest last: when the member whose declaration
+        # is the gang's leaves, the latest remaining member's takes over. Equal declarations share
+        # one object, so a gang's members cost a dict entry each.
+        self.declared: dict[str, dict[str, GangSpec]] = {}
         self._declarations = declarations
 
     def join(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
@@ -32,6 +36,8 @@ class Membership:
     def enter(self, gang_key: str, uid: str, spec: GangSpec | None, topology: MemberTopology | None) -> str:
         """``join`` with what the member's annotations declare already read."""
         self.gang_members[gang_key].add(uid)
+        if spec is not None:
+            self._note_declared(gang_key, uid, spec)
         if spec is None and topology is None:
             return ""
         before = self._declarations.spec(gang_key)
@@ -41,14 +47,39 @@ class Membership:
         changed = before is not None and after is not None and before.declaration() != after.declaration()
         return gang_key if changed else ""
 
-    def leave(self, uid: str, gang_key: str) -> None:
+    def _note_declared(self, gang_key: str, uid: str, spec: GangSpec) -> None:
+        specs = self.declared.setdefault(gang_key, {})
+        specs.pop(uid, None)
+        if specs:
+            latest = specs[next(reversed(specs))]
+            if latest == spec:
+                spec = latest
+        specs[uid] = spec
+
+    def leave(self, uid: str, gang_key: str) -> str:
+        """Take a member out of its gang; returns the gang key when the gang's declaration changed
+        because the member that made it left (the latest remaining member's declares it now)."""
+        specs = self.declared.get(gang_key)
+        declaring = specs is not None and bool(specs) and next(reversed(specs)) == uid
+        if specs is not None:
+            specs.pop(uid, None)
+            if not specs:
+                del self.declared[gang_key]
         members = self.gang_members.get(gang_key)
         if members is None:
-            return
+            return ""
         members.discard(uid)
         if not members:
             del self.gang_members[gang_key]
             self._declarations.forget_members(gang_key)
+            return ""
+        if not declaring or not specs:
+            return ""
+        before = self._declarations.spec(gang_key)
+        self._declarations.put_member(gang_key, specs[next(reversed(specs))], None)
+        after = self._declarations.spec(gang_key)
+        changed = before is not None and after is not None and before.declaration() != after.declaration()
+        return gang_key if changed else ""
 
     def count(self, pod: PodRecord, sign: int) -> None:
         """Follow a member's record in (``sign`` 1) or out (-1) of its gang's pending and holding sets."""

@@ -227,6 +227,27 @@ def test_last_member_deleted_forgets_annotation_gang(cache: ClusterCache) -> Non
     assert cache.gang_spec("ml/train-b") is None
 
 
+def test_a_departed_members_declaration_gives_way_to_its_mates(cache: ClusterCache,
+                                                               events: list[CacheEvent]) -> None:
+    """The latest member's annotations declare the gang; when that member goes while others stay
+    (its add and delete told late, after its mates', as a lagging watch or a relist may), the
+    latest remaining member's declaration is the gang's again, and the change is told."""
+    mates = [make_pod(f"b{i}", f"u{i}", gang_annotation="train-b", min_count=3) for i in range(2)]
+    for pod in mates:
+        cache.upsert_pod(pod)
+    departed = make_pod("old", "u-old", gang_annotation="train-b", min_count=2)
+    cache.upsert_pod(departed)
+    assert cache.gang_spec("ml/train-b").min_count == 2  # type: ignore[union-attr]
+    events.clear()
+    cache.delete_pod(departed)
+    assert cache.gang_spec("ml/train-b").min_count == 3  # type: ignore[union-attr]
+    assert ("gang-changed", "ml/train-b") in kinds(events)
+    events.clear()
+    cache.delete_pod(mates[0])  # not the declaring member: nothing to tell
+    assert cache.gang_spec("ml/train-b").min_count == 3  # type: ignore[union-attr]
+    assert ("gang-changed", "ml/train-b") not in kinds(events)
+
+
 def test_member_leaving_gang_by_update_forgets_annotation_gang(cache: ClusterCache) -> None:
     # The same pod re-labelled out of its gang must leave no trace of the gang, as a delete does.
     pod = make_pod("b0", "u0", gang_annotation="train-b", min_count=1)
