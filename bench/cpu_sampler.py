@@ -55,17 +55,27 @@ class Sampler:
         os.replace(tmp, self.out)
 
 
+def add_command(parser: argparse.ArgumentParser) -> None:
+    """The launched module and its arguments, after the launcher's own (also bench/bind_trace.py's)."""
+    parser.add_argument("command", nargs=argparse.REMAINDER,
+                        help="-m MODULE [ARGS...], as after python (a leading -- is dropped)")
+
+
+def module_command(parser: argparse.ArgumentParser, command: list[str]) -> list[str]:
+    command = command[1:] if command[:1] == ["--"] else command
+    if len(command) < 2 or command[0] != "-m":
+        parser.error("expected -m MODULE [ARGS...]")
+    return command
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=DEFAULT_OUT,
                         help=f"where SIGUSR2 writes the samples ({DEFAULT_OUT})")
     parser.add_argument("--interval", type=float, default=0.001, help="seconds of CPU between samples")
-    parser.add_argument("command", nargs=argparse.REMAINDER,
-                        help="-m MODULE [ARGS...], as after python (a leading -- is dropped)")
+    add_command(parser)
     args = parser.parse_args()
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if len(command) < 2 or command[0] != "-m":
-        parser.error("expected -m MODULE [ARGS...]")
+    command = module_command(parser, args.command)
     sampler = Sampler(os.path.abspath(args.out))
     signal.signal(signal.SIGPROF, sampler.sample)
     signal.signal(signal.SIGUSR1, sampler.forget)
