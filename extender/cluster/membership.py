@@ -9,11 +9,44 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .conventions import MemberTopology, spec_from_pod, topology_of_pod
 from .declarations import Declarations
 from .records import GangSpec, PodRecord
+
+T = TypeVar("T")
+
+
+class LatestPerMember(Generic[T]):
+    """What each member of a gang declares, latest last (the order of their events): the latest
+    is the gang's, and when its member leaves, the latest remaining one's is. Equal values share
+    one object, so a gang's members cost a dict entry each."""
+
+    def __init__(self) -> None:
+        self.by_gang: dict[str, dict[str, T]] = {}
+
+    def note(self, gang_key: str, uid: str, value: T) -> None:
+        values = self.by_gang.setdefault(gang_key, {})
+        values.pop(uid, None)
+        if values:
+            latest = values[next(reversed(values))]
+            if latest == value:
+                value = latest
+        values[uid] = value
+
+    def drop(self, gang_key: str, uid: str) -> T | None:
+        """Forget a member's value; the latest remaining member's when the departing one's was the
+        gang's, else None."""
+        values = self.by_gang.get(gang_key)
+        if values is None or uid not in values:
+            return None
+        was_latest = next(reversed(values)) == uid
+        del values[uid]
+        if not values:
+            del self.by_gang[gang_key]
+            return None
+        return values[next(reversed(values))] if was_latest else None
 
 
 class Membership:
@@ -22,10 +55,10 @@ class Membership:
         # Kept as pods change, so the search for partly bound gangs visits only gangs with both.
         self.pending_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members ready for a node
         self.holding_in: dict[str, set[str]] = defaultdict(set)  # gang key -> members holding capacity
-        # What each member's annotations declare, latest last: when the member whose declaration
-        # is the gang's leaves, the latest remaining member's takes over. Equal declarations share
-        # one object, so a gang's members cost a dict entry each.
-        self.declared: dict[str, dict[str, GangSpec]] = {}
+        # What each member's annotations declare and what topology they ask for: when the member
+        # whose declaration (or topology) is the gang's leaves, the latest remaining member's takes over.
+        self.declared = LatestPerMember[GangSpec]()
+        self.topologies = LatestPerMember[MemberTopology]()
         self._declarations = declarations
 
     def join(self, gang_key: str, uid: str, obj: dict[str, Any]) -> str:
@@ -36,10 +69,16 @@ class Membership:
     def enter(self, gang_key: str, uid: str, spec: GangSpec | None, topology: MemberTopology | None) -> str:
         """``join`` with what the member's annotations declare already read."""
         self.gang_members[gang_key].add(uid)
-        if spec is not None:
-            self._note_declared(gang_key, uid, spec)
         if spec is None and topology is None:
             return ""
+        if spec is not None:
+            self.declared.note(gang_key, uid, spec)
+        if topology is not None:
+            self.topologies.note(gang_key, uid, topology)
+        return self._declare(gang_key, spec, topology)
+
+    def _declare(self, gang_key: str, spec: GangSpec | None, topology: MemberTopology | None) -> str:
+        """Put a member's declaration; the gang key when what the gang declares changed."""
         before = self._declarations.spec(gang_key)
         self._declarations.put_member(gang_key, spec, topology)
         after = self._declarations.spec(gang_key)
@@ -47,24 +86,11 @@ class Membership:
         changed = before is not None and after is not None and before.declaration() != after.declaration()
         return gang_key if changed else ""
 
-    def _note_declared(self, gang_key: str, uid: str, spec: GangSpec) -> None:
-        specs = self.declared.setdefault(gang_key, {})
-        specs.pop(uid, None)
-        if specs:
-            latest = specs[next(reversed(specs))]
-            if latest == spec:
-                spec = latest
-        specs[uid] = spec
-
     def leave(self, uid: str, gang_key: str) -> str:
         """Take a member out of its gang; returns the gang key when the gang's declaration changed
         because the member that made it left (the latest remaining member's declares it now)."""
-        specs = self.declared.get(gang_key)
-        declaring = specs is not None and bool(specs) and next(reversed(specs)) == uid
-        if specs is not None:
-            specs.pop(uid, None)
-            if not specs:
-                del self.declared[gang_key]
+        spec = self.declared.drop(gang_key, uid)
+        topology = self.topologies.drop(gang_key, uid)
         members = self.gang_members.get(gang_key)
         if members is None:
             return ""
@@ -73,13 +99,9 @@ class Membership:
             del self.gang_members[gang_key]
             self._declarations.forget_members(gang_key)
             return ""
-        if not declaring or not specs:
+        if spec is None and topology is None:
             return ""
-        before = self._declarations.spec(gang_key)
-        self._declarations.put_member(gang_key, specs[next(reversed(specs))], None)
-        after = self._declarations.spec(gang_key)
-        changed = before is not None and after is not None and before.declaration() != after.declaration()
-        return gang_key if changed else ""
+        return self._declare(gang_key, spec, topology)
 
     def count(self, pod: PodRecord, sign: int) -> None:
         """Follow a member's record in (``sign`` 1) or out (-1) of its gang's pending and holding sets."""

@@ -248,6 +248,24 @@ def test_a_departed_members_declaration_gives_way_to_its_mates(cache: ClusterCac
     assert ("gang-changed", "ml/train-b") not in kinds(events)
 
 
+def test_a_departed_members_topology_gives_way_to_its_mates(cache: ClusterCache,
+                                                            events: list[CacheEvent]) -> None:
+    """The same for the topology members ask for (Kueue's annotations, used when the PodGroup names
+    none): a departed member's level is not the gang's once its mates remain."""
+    cache.upsert_podgroup(make_podgroup("train-t", 2))
+    asks = {"kueue.x-k8s.io/podset-required-topology": "topology.quorum.dev/rack"}
+    for i in range(2):
+        cache.upsert_pod(make_pod(f"t{i}", f"t{i}", group="train-t", annotations=asks))
+    departed = make_pod("old", "t-old", group="train-t",
+                        annotations={"kueue.x-k8s.io/podset-required-topology": "topology.quorum.dev/block"})
+    cache.upsert_pod(departed)
+    assert cache.gang_spec("ml/train-t").required_topology == "topology.quorum.dev/block"  # type: ignore[union-attr]
+    events.clear()
+    cache.delete_pod(departed)
+    assert cache.gang_spec("ml/train-t").required_topology == "topology.quorum.dev/rack"  # type: ignore[union-attr]
+    assert ("gang-changed", "ml/train-t") in kinds(events)
+
+
 def test_member_leaving_gang_by_update_forgets_annotation_gang(cache: ClusterCache) -> None:
     # The same pod re-labelled out of its gang must leave no trace of the gang, as a delete does.
     pod = make_pod("b0", "u0", gang_annotation="train-b", min_count=1)
