@@ -31,6 +31,7 @@ from typing import IO, Any
 
 import aiohttp
 import orjson
+from cb_report import percentile  # bench/ is on sys.path when run as a script
 
 DEFAULT_OUT = os.path.join(".cache", "cluster", "bind-trace.jsonl")
 Hook = Callable[[aiohttp.ClientSession, SimpleNamespace, Any], Coroutine[Any, Any, None]]
@@ -130,11 +131,9 @@ def gang_rows(trace: list[dict[str, Any]], completed: dict[str, float],
 
 
 def _quantiles(values: list[float]) -> str:
-    ordered = sorted(values)
-    if not ordered:
+    if not values:
         return "-"
-    pick = [ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (0.5, 0.9, 0.99)]
-    return " / ".join(f"{v:.0f}" for v in pick) + f" / {ordered[-1]:.0f}"
+    return " / ".join(f"{percentile(values, q):.0f}" for q in (50, 90, 99)) + f" / {max(values):.0f}"
 
 
 def report(rows: list[GangRow], inside: list[float], worst: int = 10) -> str:

@@ -97,8 +97,7 @@ class ClusterCache:
 
     def _report_clamped(self, kind: str, key: str, old: Resources | None, new: Resources) -> None:
         """Tell the hook about quantities at the cap, once per object and change, not per event."""
-        clamped = beyond_capacity(new) if self.on_clamped is not None and old != new else []
-        if clamped and self.on_clamped is not None:
+        if self.on_clamped is not None and old != new and (clamped := beyond_capacity(new)):
             self.on_clamped(kind, key, clamped)
 
     def _domain_paths(self, node_name: str) -> Iterable[str]:

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bind_trace() -> ModuleType:
+    sys.path.append(str(ROOT / "bench"))  # its sibling modules, found last (as when run as a script)
     spec = importlib.util.spec_from_file_location("bind_trace", ROOT / "bench" / "bind_trace.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
