@@ -19,7 +19,7 @@ class TopologyLevel:
 
 @dataclass(frozen=True, slots=True)
 class GangTimings:
-    bind_timeout_seconds: float = 30.0
+    bind_timeout_seconds: float = 60.0
     backoff_base_seconds: float = 5.0
     backoff_max_seconds: float = 300.0
     max_replans: int = 3

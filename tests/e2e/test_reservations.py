@@ -3,8 +3,9 @@
 One member has a node selector that no node matches yet: it exists (so it counts towards minCount
 and is part of the gang's placement) but kube-scheduler's own filters reject it, so it never reaches
 Quorum. The other members therefore reach bind and are *held* there by Quorum, with the whole gang's
-placement reserved — for at most the bind timeout (30 s by default), so these scenarios act within
-a few seconds. (A scheduling gate would not do: Quorum leaves gated pods out of a gang's quorum.)
+placement reserved — for at most the bind timeout (30 s in the suite's configuration), so these
+scenarios act within a few seconds. (A scheduling gate would not do: Quorum leaves gated pods out
+of a gang's quorum.)
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def test_defaults() -> None:
         ("rack", "topology.quorum.dev/rack"),
         ("host", "kubernetes.io/hostname"),
     ]
-    assert config.gang == GangTimings(30.0, 5.0, 300.0, 3, 24)
+    assert config.gang == GangTimings(60.0, 5.0, 300.0, 3, 24)
     assert config.max_request_bytes == 32 * 1024 * 1024
     assert (config.log_level, config.log_format) == ("info", "json")
 
@@ -128,7 +128,7 @@ def test_queue_and_preemption_settings() -> None:
 def test_shipped_example_config_loads() -> None:
     config = load_file(str(REPO_ROOT / "scheduler-config" / "quorum.yaml"))
     assert config.levels == DEFAULT_LEVELS
-    assert config.gang.bind_timeout_seconds == 30.0
+    assert config.gang.bind_timeout_seconds == 60.0
     assert config.port == 8888
 
 
