@@ -6,7 +6,7 @@
 #   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler
 #   (scheduler-config/kube-scheduler.yaml), kwok (hack/kwok/stages.yaml),
 #   Quorum (python -m extender, with its own ServiceAccount token and the
-#   RBAC from manifests/quorum-rbac.yaml)
+#   RBAC from manifests/quorum-rbac.yaml, its FlowSchema from manifests/flowschema.yaml)
 #
 # Any cluster started earlier from this checkout is stopped first; state lives
 # in .cache/cluster (kubeconfigs, certificates, logs, pids, etcd data).
@@ -512,7 +512,8 @@ if ((node_count > 0)); then
 fi
 
 # --- Quorum's identity ------------------------------------------------------------
-kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" >/dev/null
+kubectl_admin apply -f "$ROOT/manifests/namespace.yaml" -f "$ROOT/manifests/quorum-rbac.yaml" \
+  -f "$ROOT/manifests/flowschema.yaml" >/dev/null  # and the installed priority (API Priority and Fairness)
 if grep -Eq '^[^#]*startedConfigMaps:[[:space:]]*true' "$QUORUM_CONFIG"; then
   # The gang-started ConfigMaps are on in this configuration: grant them as an install would.
   kubectl_admin apply -f "$ROOT/manifests/started-configmaps.yaml" >/dev/null

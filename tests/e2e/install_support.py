@@ -163,3 +163,26 @@ def left_after(kubectl: str, kubeconfig: str, selector: str, seconds: float = 90
         time.sleep(2)
         left = objects_labelled(kubectl, kubeconfig, selector)
     return left
+
+
+def flow_schema_of(kube: Kube, namespace: str, account: str) -> tuple[str, str]:
+    """Which FlowSchema (uid) API Priority and Fairness put a request of ``account`` in, and the
+    request's status: the apiserver names it in every answer (X-Kubernetes-PF-FlowSchema-UID)."""
+    import copy
+
+    from kubernetes import client
+
+    token = kube.core.create_namespaced_service_account_token(
+        account, namespace, {"spec": {"expirationSeconds": 600}}, _request_timeout=30).status.token
+    configuration = copy.deepcopy(kube.configuration)
+    configuration.cert_file = configuration.key_file = None
+    configuration.api_key = {"authorization": f"Bearer {token}"}
+    with client.ApiClient(configuration) as api:
+        response = client.CoreV1Api(api).list_namespaced_pod(
+            namespace, limit=1, _preload_content=False, _request_timeout=30)
+        return str(response.headers.get("X-Kubernetes-PF-FlowSchema-UID", "")), str(response.status)
+
+
+def flow_schema(kube: Kube, name: str) -> dict[str, Any]:
+    found = kube.custom.get_cluster_custom_object("flowcontrol.apiserver.k8s.io", "v1", "flowschemas", name)
+    return dict(found)

@@ -6,7 +6,8 @@ runs the release's pods from the images ``hack/build-images.sh`` built here (sta
 no registry can be reached); the gangs land on kwok nodes. The order of the tests is the story:
 
 1. ``helm install`` with two replicas: both pods Ready; kube-scheduler's lease names one of them,
-   the other stands by.
+   the other stands by. Both of the release's accounts are classified by its FlowSchema, at the
+   default scheduler's priority level (workload-high).
    Quorum's container runs with an expiring token of its own account, asked for with the pod's
    projected token (``extenderToken.mode: tokenRequest``) and refreshed every 15 s here: every
    step below runs across refreshes, and the metrics show them.
@@ -40,6 +41,8 @@ from .install_support import (
     binders,
     bound,
     create,
+    flow_schema,
+    flow_schema_of,
     gang_pods,
     lease_holder,
     left_after,
@@ -109,6 +112,15 @@ def test_install_two_replicas_one_leads(release: str, kube: Kube) -> None:
     wait_until("kube-scheduler's lease names a pod of the release",
                lambda: lease_holder(kube, NAMESPACE, RELEASE) in names, 60)
     print(f"\ninstall: helm install --wait to both pods Ready: {figures['install_to_ready_s']:.1f} s")
+
+
+def test_the_releases_requests_go_at_the_default_schedulers_priority(release: str, kube: Kube) -> None:
+    """Both accounts' requests (kube-scheduler's and Quorum's) are classified by the release's
+    FlowSchema, at workload-high, not with every other service account's at workload-low."""
+    schema = flow_schema(kube, RELEASE)
+    assert schema["spec"]["priorityLevelConfiguration"]["name"] == "workload-high"
+    for account in (f"{RELEASE}-scheduler", f"{RELEASE}-extender"):
+        assert flow_schema_of(kube, NAMESPACE, account) == (schema["metadata"]["uid"], "200"), account
 
 
 def test_gang_binds_whole_in_one_rack_through_the_release(release: str, kube: Kube) -> None:
@@ -247,6 +259,9 @@ def test_kustomize_install_binds_a_gang_and_deletes_cleanly(
         # No token Secret is installed: the binds carried the expiring token of Quorum's own
         # account, which it asked for with the pod's (the scheduler's) token.
         assert binders("kustomize-gangs") == {"system:serviceaccount:quorum-system:quorum"}
+        # ... and at the default scheduler's priority (manifests/flowschema.yaml).
+        expected = (flow_schema(kube, "quorum")["metadata"]["uid"], "200")
+        assert flow_schema_of(kube, "quorum-system", "quorum") == expected
     finally:
         if namespace_exists(kube, "kustomize-gangs"):
             kube.core.delete_namespace("kustomize-gangs", _request_timeout=30)
