@@ -243,6 +243,7 @@ class NullExtender:
 
 
 def _scheduler_metrics(port: int) -> str | None:
+    """A control-plane component's /metrics (kube-scheduler's or the apiserver's), as the admin."""
     pki = CLUSTER_DIR / "pki"
     context = ssl.create_default_context()
     context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # self-signed serving cert
@@ -311,9 +312,23 @@ SCHEDULER_SERIES = {
 }
 
 
+APISERVER_PORT = 16443  # hack/cluster-up.sh's default
+_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
+# API Priority and Fairness: how long requests waited in the apiserver's queues, by the FlowSchema
+# that classified them: Quorum's (manifests/flowschema.yaml), any other service account's, the
+# default scheduler's.
+APISERVER_SERIES = {
+    f"apf_wait_{short}_{part}": f'{_WAIT}_{part}{{flow_schema="{schema}"'
+    for short, schema in (("quorum", "quorum"), ("service_accounts", "service-accounts"),
+                          ("kube_scheduler", "kube-scheduler"))
+    for part in ("sum", "count")
+}
+
+
 def metrics_snapshot() -> dict[str, dict[str, float]]:
-    """Counters of Quorum and both schedulers, to subtract one snapshot from the next."""
+    """Counters of Quorum, the schedulers and the apiserver, to subtract one snapshot from the next."""
     return {"quorum": _sum_series(_quorum_metrics(), QUORUM_SERIES),
+            "kube-apiserver": _sum_series(_scheduler_metrics(APISERVER_PORT), APISERVER_SERIES),
             "kube-scheduler": _sum_series(_scheduler_metrics(17259), SCHEDULER_SERIES),
             NATIVE_NAME: _sum_series(_scheduler_metrics(NATIVE_PORT), SCHEDULER_SERIES),
             MEMBERS_NAME: _sum_series(_scheduler_metrics(MEMBERS_PORT), SCHEDULER_SERIES),
