@@ -4,12 +4,7 @@ summed with another whose name starts the same, and every counted series is a re
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
-ROOT = Path(__file__).resolve().parents[2]
+from .bench_modules import bench_module
 
 WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
 
@@ -34,18 +29,8 @@ SCRAPE = "\n".join([
 ])
 
 
-def _cb_procs() -> ModuleType:
-    sys.path.append(str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("cb_procs", ROOT / "bench" / "cb_procs.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["cb_procs"] = module  # dataclasses resolve the module by name
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_each_flow_schemas_wait_is_its_own() -> None:
-    cb_procs = _cb_procs()
+    cb_procs = bench_module("cb_procs")
     figures = cb_procs._sum_series(SCRAPE, cb_procs.APISERVER_SERIES)
     assert figures == {
         "apf_wait_quorum_sum": 0.75, "apf_wait_quorum_count": 51.0,  # executed or not, never quorum-other

@@ -4,30 +4,15 @@ spreads must be the ones its input says."""
 
 from __future__ import annotations
 
-import importlib.util
 import io
-import sys
-from pathlib import Path
-from types import ModuleType
 
 import aiohttp
 import orjson
 from aiohttp import web
 
-ROOT = Path(__file__).resolve().parents[2]
+from .bench_modules import bench_module
 
-
-def _bind_trace() -> ModuleType:
-    sys.path.append(str(ROOT / "bench"))  # its sibling modules, found last (as when run as a script)
-    spec = importlib.util.spec_from_file_location("bind_trace", ROOT / "bench" / "bind_trace.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bind_trace"] = module  # dataclasses resolve the module by name
-    spec.loader.exec_module(module)
-    return module
-
-
-bind_trace = _bind_trace()
+bind_trace = bench_module("bind_trace")
 
 
 def test_binding_urls_are_recognised_and_nothing_else() -> None:
