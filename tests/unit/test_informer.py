@@ -247,7 +247,8 @@ async def test_discovery_watches_the_version_the_server_serves(
     kube.served["scheduling.volcano.sh/v1beta1"] = ["podgroups"]  # the CRD is installed
     await eventually(lambda: cache.gang_spec("ml/vc") is not None)
     assert cache.gang_spec("ml/vc").min_count == 2  # type: ignore[union-attr]
-    assert informer.status()["volcano"] == "watching"
+    # Listed objects are in the cache before the watch opens: "watching" follows the list.
+    await eventually(lambda: informer.status()["volcano"] == "watching")
 
 
 async def test_errors_back_off_and_reconnect_from_the_same_version(
