@@ -320,7 +320,8 @@ _WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
 APISERVER_SERIES = {
     f"apf_wait_{short}_{part}": f'{_WAIT}_{part}{{flow_schema="{schema}"'
     for short, schema in (("quorum", "quorum"), ("service_accounts", "service-accounts"),
-                          ("kube_scheduler", "kube-scheduler"))
+                          ("kube_scheduler", "kube-scheduler"),
+                          ("kube_system_accounts", "kube-system-service-accounts"))
     for part in ("sum", "count")
 }
 

@@ -36,4 +36,5 @@ def test_each_flow_schemas_wait_is_its_own() -> None:
         "apf_wait_quorum_sum": 0.75, "apf_wait_quorum_count": 51.0,  # executed or not, never quorum-other
         "apf_wait_service_accounts_sum": 3.0, "apf_wait_service_accounts_count": 6.0,
         "apf_wait_kube_scheduler_sum": 0.0, "apf_wait_kube_scheduler_count": 0.0,  # execution, not wait
+        "apf_wait_kube_system_accounts_sum": 0.0, "apf_wait_kube_system_accounts_count": 0.0,
     }

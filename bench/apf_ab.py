@@ -1,0 +1,120 @@
+#!/usr/bin/env python3
+"""Quorum's FlowSchema on and off, interleaved, while ``workload-low`` is kept full.
+
+Each repetition runs one workload under Quorum's profile twice (``bench/cluster_bench.py
+--configs Q``): once with the installation's FlowSchema (manifests/flowschema.yaml: Quorum's
+requests at ``workload-high``) and once without it (Quorum's requests in ``workload-low`` with
+every ServiceAccount's); the order alternates. During both, ``bench/apf_load.py`` keeps
+``workload-low`` busy. The schema is put back at the end.
+
+    python bench/apf_ab.py --reps 2 --out DIR [--workload W1] [--accounts 24 --workers 2]
+
+The cluster must be up (hack/cluster-up.sh). Start it with fewer apiserver seats to make them, not
+the CPU, what runs out first, as on a busy production apiserver:
+``APISERVER_EXTRA_ARGS="--max-requests-inflight=40 --max-mutating-requests-inflight=20"``.
+Prints one line per run and writes every run's figures to DIR/apf_ab.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from cb_kube import Apiserver
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA_FILE = ROOT / "manifests" / "flowschema.yaml"
+SCHEMAS = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
+ARMS = ("schema", "no-schema")
+
+
+async def set_schema(present: bool) -> None:
+    """Create or delete Quorum's FlowSchema, then give the apiserver's APF controller time to see it."""
+    schema = yaml.safe_load(SCHEMA_FILE.read_text())
+    async with Apiserver() as api:
+        if present:
+            await api.request("POST", SCHEMAS, schema, ok=(200, 201, 409))
+        else:
+            await api.delete(f"{SCHEMAS}/{schema['metadata']['name']}")
+    await asyncio.sleep(5)
+
+
+def mean_wait_ms(apiserver: dict[str, float], schema: str) -> tuple[int, float]:
+    """(requests, mean APF queue wait in ms) of one FlowSchema, from a run's counter deltas."""
+    count = apiserver.get(f"apf_wait_{schema}_count", 0.0)
+    total = apiserver.get(f"apf_wait_{schema}_sum", 0.0)
+    return int(count), round(total / count * 1e3, 2) if count else 0.0
+
+
+def summarize(arm: str, rep: int, run: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
+    apiserver = run.get("metrics", {}).get("kube-apiserver", {})
+    quorum_n, quorum_wait = mean_wait_ms(apiserver, "quorum")
+    accounts_n, accounts_wait = mean_wait_ms(apiserver, "service_accounts")
+    scheduler_n, scheduler_wait = mean_wait_ms(apiserver, "kube_scheduler")
+    copied = ("workload", "pods_per_second", "skew_p50_ms", "skew_p99_ms", "skew_max_ms",
+              "quorum_cpu_ms_per_pod")
+    return {"arm": arm, "rep": rep, **{k: run[k] for k in copied},
+            "wait_quorum": [quorum_n, quorum_wait], "wait_service_accounts": [accounts_n, accounts_wait],
+            "wait_kube_scheduler": [scheduler_n, scheduler_wait],
+            "wait_kube_system_accounts": list(mean_wait_ms(apiserver, "kube_system_accounts")), "load": load}
+
+
+def one_run(args: argparse.Namespace, arm: str, rep: int) -> dict[str, Any]:
+    asyncio.run(set_schema(arm == "schema"))
+    load = None
+    if args.accounts:
+        load = subprocess.Popen([sys.executable, str(ROOT / "bench" / "apf_load.py"),
+                                 "--accounts", str(args.accounts), "--workers", str(args.workers)],
+                                stdout=subprocess.PIPE, text=True)
+        time.sleep(args.warmup)
+    out = args.out / f"{arm}-{rep}.json"
+    try:
+        subprocess.run([sys.executable, str(ROOT / "bench" / "cluster_bench.py"),
+                        "--workloads", args.workload, "--configs", "Q", "--reps", "1",
+                        "--tag", f"apf{rep}{arm[0]}", "--out", str(out)],
+                       check=True)
+    finally:
+        load_figures: dict[str, Any] = {}
+        if load is not None:
+            load.send_signal(signal.SIGINT)
+            stdout, _ = load.communicate(timeout=180)
+            load_figures = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
+    run = json.loads(out.read_text())[0]
+    return summarize(arm, rep, run, load_figures)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--workload", default="W1")
+    p.add_argument("--accounts", type=int, default=24, help="bench/apf_load.py's accounts (0: no load)")
+    p.add_argument("--workers", type=int, default=2,
+                   help="bench/apf_load.py's requests in flight per account")
+    p.add_argument("--warmup", type=float, default=15, help="seconds of load before each run starts")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    try:
+        for rep in range(args.reps):
+            for arm in (ARMS if rep % 2 == 0 else ARMS[::-1]):
+                row = one_run(args, arm, rep)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                (args.out / "apf_ab.json").write_text(json.dumps(rows, indent=1))
+    finally:
+        asyncio.run(set_schema(True))
+
+
+if __name__ == "__main__":
+    main()
