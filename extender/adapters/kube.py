@@ -1,7 +1,7 @@
 """The one module that talks to the Kubernetes API: list, watch, bind, requeue nudges, and the
 gang core's other side effects (evictions, Events; PodGroup conditions and annotations and the
 gang-started ConfigMap are written by ``gang_writes.py``, scale-up requests by ``scale_up_writes.py``,
-two parts ``KubeClient`` holds and hands those calls to).
+and bindings are sent by ``bindings.py``: parts ``KubeClient`` holds and hands those calls to).
 
 It uses aiohttp on the server's own event loop (the official client is synchronous and would
 block it); the ``kubernetes`` package is used only to load credentials from a kubeconfig or the
@@ -24,11 +24,11 @@ import orjson
 
 from ..cluster.gang_sources import ANNOTATION_REQUEUE
 from ..cluster.records import GangHome, PodRecord
-from ..gang.coordinator import BindFailed
 from ..gang.core import EvictionFailed
 from ..gang.effects import GangCondition, ObjectRef
 from ..metrics import Metrics
 from .bind_connections import BindConnections, BindTiers
+from .bindings import Bindings
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message, refusal_causes
 from .scale_up_writes import ScaleUpWrites
@@ -121,6 +121,7 @@ class KubeClient:
         self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
         self.binds = BindConnections(credentials.ssl_context, self._new_session, bind_tiers or BindTiers())
+        self.bindings = Bindings(self.binds, credentials.host)
         self._write_limit = asyncio.Semaphore(background_writes)
         on_result = None if metrics is None else (lambda result: metrics.events.labels(result).inc())
         self._count_nudge: Callable[[str], None] = (lambda result: None) if metrics is None else (
@@ -224,45 +225,8 @@ class KubeClient:
 
     # ---------------------------------------------------------------- side effects
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pods/binding subresource; already bound to the same node counts as success."""
-        body: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-        }
-        if uid:
-            body["metadata"]["uid"] = uid
-        path = f"/api/v1/namespaces/{namespace}/pods/{name}/binding"
-        try:
-            async with self.binds.lease() as session, session.post(
-                    self._url(path), data=orjson.dumps(body), headers=_JSON) as resp:
-                if resp.status in (200, 201):
-                    return
-                text = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise BindFailed(f"binding {namespace}/{name} to {node} failed: {_said(exc)}") from exc
-        if resp.status == 404:  # the apiserver's message may be empty: say what it means
-            raise BindFailed(f"binding {namespace}/{name} to {node} failed: pod {namespace}/{name} not found "
-                             "(HTTP 404)")
-        if resp.status == 409:
-            # Bound already (a retried call after a late answer): success only if to this node.
-            try:
-                current = await self._get_pod(namespace, name)
-            except (aiohttp.ClientError, TimeoutError, orjson.JSONDecodeError) as exc:
-                raise BindFailed(f"binding {namespace}/{name} to {node}: conflict, and reading the pod "
-                                 f"back failed: {_said(exc)}") from exc
-            if current is not None and (current.get("spec") or {}).get("nodeName") == node:
-                return
-        raise BindFailed(f"binding {namespace}/{name} to {node} failed: {api_message(resp.status, text)}")
-
-    async def _get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        async with self.binds.lease() as session, session.get(
-                self._url(f"/api/v1/namespaces/{namespace}/pods/{name}")) as resp:
-            if resp.status != 200:
-                return None
-            result: dict[str, Any] = orjson.loads(await resp.read())
-            return result
+        """Bind on the bindings' own connections, sent again when turned away (bindings.py)."""
+        await self.bindings.bind_pod(namespace, name, uid, node)
 
     async def requeue_pods(self, pods: list[PodRecord], reason: str,
                            wanted: Callable[[PodRecord], bool]) -> None:
@@ -386,11 +350,6 @@ class KubeClient:
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
         return await self.scale_up_writes.delete_scale_up(namespace, name)
-
-
-def _said(exc: BaseException) -> str:
-    """What an exception says, or its name when it says nothing (aiohttp's timeouts)."""
-    return str(exc) or type(exc).__name__
 
 
 def _error(status: int, body: bytes) -> ApiError:

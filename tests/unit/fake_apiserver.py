@@ -244,7 +244,8 @@ class FakeApiserver(FakeActions):
 
     Over HTTP (``app()``) it records every request and answers ``answers[(method, path)]`` or else
     201 to POST and 200 to others, with the Status documents the real apiserver sends (a failure's
-    ``details`` from ``details[(method, path)]``); ``slow`` holds
+    ``details`` from ``details[(method, path)]``); ``scripts[(method, path)]`` are answers given one
+    per request before that (a 429 carries ``Retry-After: retry_after``); ``slow`` holds
     each next answer that many seconds, in turn.
     """
 
@@ -259,6 +260,8 @@ class FakeApiserver(FakeActions):
         self.watch_calls: list[tuple[str, str]] = []
         self.requests: list[Request] = []
         self.answers: dict[tuple[str, str], tuple[int, str]] = {}
+        self.scripts: dict[tuple[str, str], list[tuple[int, str]]] = {}
+        self.retry_after = "0"
         self.details: dict[tuple[str, str], dict[str, Any]] = {}  # a failure's Status details
         self.slow: list[float] = []
         self.in_flight = 0
@@ -371,8 +374,11 @@ class FakeApiserver(FakeActions):
                 await asyncio.sleep(self.slow.pop(0))
         finally:
             self.in_flight -= 1
+        route = (request.method, request.path)
         default = (201, "") if request.method == "POST" else (200, "")
-        status, message = self.answers.get((request.method, request.path), default)
+        script = self.scripts.get(route)
+        status, message = script.pop(0) if script else self.answers.get(route, default)
+        headers = {"Retry-After": self.retry_after} if status == 429 else {}
         if status >= 400:
             doc = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
                    "code": status}
@@ -380,7 +386,7 @@ class FakeApiserver(FakeActions):
                 doc["details"] = self.details[(request.method, request.path)]
         else:
             doc = {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-        return web.json_response(doc, status=status)
+        return web.json_response(doc, status=status, headers=headers)
 
     def to(self, method: str, path: str) -> list[Request]:
         """The requests of this method to paths under ``path``, in order."""

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from extender.adapters.bindings import BIND_ATTEMPTS, RETRY_AFTER_MAX_SECONDS, retry_after_seconds
 from extender.adapters.kube import Credentials, KubeClient
 from extender.cluster.gang_sources import ANNOTATION_REQUEUE
 from extender.cluster.records import GangHome, PodRecord
@@ -126,6 +127,52 @@ async def test_binding_a_pod_that_does_not_exist_says_the_pod_was_not_found(kube
         await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
     expected = "binding ml/trainer-0 to node-a failed: pod ml/trainer-0 not found (HTTP 404)"
     assert str(failure.value) == expected
+
+
+TOO_MANY = (429, "Too many requests, please try again later.")
+
+
+async def test_a_binding_turned_away_is_sent_again_until_it_is_made(kube: KubeWorld) -> None:
+    """API Priority and Fairness turns a request away (429) when it finds no seat in time; the
+    binding was not made, and failing it would leave the gang bound but for this member."""
+    kube.api.scripts[("POST", BINDING)] = [TOO_MANY, TOO_MANY]
+    await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    sent = kube.api.to("POST", BINDING)
+    assert len(sent) == 3
+    assert all(r.body["target"]["name"] == "node-a" for r in sent)
+
+
+async def test_a_binding_turned_away_waits_as_long_as_the_apiserver_asks(kube: KubeWorld) -> None:
+    kube.api.scripts[("POST", BINDING)] = [TOO_MANY]
+    kube.api.retry_after = "1"
+    started = asyncio.get_running_loop().time()
+    await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    assert asyncio.get_running_loop().time() - started >= 0.9
+    assert len(kube.api.to("POST", BINDING)) == 2
+
+
+async def test_a_binding_turned_away_every_time_fails_saying_so(kube: KubeWorld) -> None:
+    kube.api.answers[("POST", BINDING)] = TOO_MANY
+    with pytest.raises(BindFailed) as failure:
+        await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    assert str(failure.value) == ("binding ml/trainer-0 to node-a failed: HTTP 429: Too many requests, "
+                                  f"please try again later. (turned away {BIND_ATTEMPTS} times)")
+    assert len(kube.api.to("POST", BINDING)) == BIND_ATTEMPTS
+
+
+@pytest.mark.parametrize("status", [409, 500, 422])
+async def test_a_binding_refused_otherwise_is_sent_once(kube: KubeWorld, status: int) -> None:
+    kube.api.scripts[("POST", BINDING)] = [(status, "no")]
+    with pytest.raises(BindFailed, match=f"HTTP {status}: no"):
+        await kube.client.bind_pod("ml", "trainer-0", "uid-0", "node-a")
+    assert len(kube.api.to("POST", BINDING)) == 1
+
+
+@pytest.mark.parametrize("header, seconds", [
+    ("0", 0.0), ("1", 1.0), ("2.5", 2.5), (str(RETRY_AFTER_MAX_SECONDS * 10), RETRY_AFTER_MAX_SECONDS),
+    ("-3", 0.0), (None, 1.0), ("soon", 1.0), ("nan", 1.0)])
+def test_the_wait_a_retry_after_asks_for_is_bounded(header: str | None, seconds: float) -> None:
+    assert retry_after_seconds(header) == seconds
 
 
 class _TimesOut:
