@@ -9,6 +9,12 @@ every ServiceAccount's); the order alternates. During both, ``bench/apf_load.py`
 
     python bench/apf_ab.py --reps 2 --out DIR [--workload W1] [--accounts 24 --workers 2]
 
+With ``--revisions A,B`` each arm is also run for each revision of Quorum, restarted from its
+checkout as ``bench/cluster_ab.py`` does (and from this checkout at the end); ``--schema off``
+(or ``on``) runs only that side of the schema:
+
+    python bench/apf_ab.py --revisions fa5deba,d3deefd --schema off --reps 2 --out DIR
+
 The cluster must be up (hack/cluster-up.sh). Start it with fewer apiserver seats to make them, not
 the CPU, what runs out first, as on a busy production apiserver:
 ``APISERVER_EXTRA_ARGS="--max-requests-inflight=40 --max-mutating-requests-inflight=20"``.
@@ -30,12 +36,14 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cluster_ab
 from cb_kube import Apiserver
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA_FILE = ROOT / "manifests" / "flowschema.yaml"
 SCHEMAS = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
 ARMS = ("schema", "no-schema")
+SCHEMA_CHOICES = {"both": ARMS, "on": ARMS[:1], "off": ARMS[1:]}
 
 
 async def set_schema(present: bool) -> None:
@@ -58,6 +66,7 @@ def mean_wait_ms(apiserver: dict[str, float], schema: str) -> tuple[int, float]:
 
 def summarize(arm: str, rep: int, run: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
     apiserver = run.get("metrics", {}).get("kube-apiserver", {})
+    quorum = run.get("metrics", {}).get("quorum", {})
     quorum_n, quorum_wait = mean_wait_ms(apiserver, "quorum")
     accounts_n, accounts_wait = mean_wait_ms(apiserver, "service_accounts")
     scheduler_n, scheduler_wait = mean_wait_ms(apiserver, "kube_scheduler")
@@ -66,10 +75,14 @@ def summarize(arm: str, rep: int, run: dict[str, Any], load: dict[str, Any]) -> 
     return {"arm": arm, "rep": rep, **{k: run[k] for k in copied},
             "wait_quorum": [quorum_n, quorum_wait], "wait_service_accounts": [accounts_n, accounts_wait],
             "wait_kube_scheduler": [scheduler_n, scheduler_wait],
-            "wait_kube_system_accounts": list(mean_wait_ms(apiserver, "kube_system_accounts")), "load": load}
+            "wait_kube_system_accounts": list(mean_wait_ms(apiserver, "kube_system_accounts")),
+            "pods_bound": run.get("bound", 0), "binds_failed": int(quorum.get("binds_failed", 0)),
+            "gang_binds": int(quorum.get("gang_binds", 0)), "load": load}
 
 
-def one_run(args: argparse.Namespace, arm: str, rep: int) -> dict[str, Any]:
+def one_run(args: argparse.Namespace, arm: str, rep: int, side: cluster_ab.Variant | None) -> dict[str, Any]:
+    if side is not None:
+        cluster_ab.restart_quorum(side.directory, side.env)
     asyncio.run(set_schema(arm == "schema"))
     load = None
     if args.accounts:
@@ -77,11 +90,12 @@ def one_run(args: argparse.Namespace, arm: str, rep: int) -> dict[str, Any]:
                                  "--accounts", str(args.accounts), "--workers", str(args.workers)],
                                 stdout=subprocess.PIPE, text=True)
         time.sleep(args.warmup)
-    out = args.out / f"{arm}-{rep}.json"
+    label = arm if side is None else f"{side.tag}-{arm}"
+    out = args.out / f"{label}-{rep}.json"
     try:
         subprocess.run([sys.executable, str(ROOT / "bench" / "cluster_bench.py"),
                         "--workloads", args.workload, "--configs", "Q", "--reps", "1",
-                        "--tag", f"apf{rep}{arm[0]}", "--out", str(out)],
+                        "--tag", f"apf{rep}{side.tag[:7] if side else ''}{arm[0]}", "--out", str(out)],
                        check=True)
     finally:
         load_figures: dict[str, Any] = {}
@@ -90,7 +104,7 @@ def one_run(args: argparse.Namespace, arm: str, rep: int) -> dict[str, Any]:
             stdout, _ = load.communicate(timeout=180)
             load_figures = json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
     run = json.loads(out.read_text())[0]
-    return summarize(arm, rep, run, load_figures)
+    return {"revision": side.label if side is not None else "", **summarize(arm, rep, run, load_figures)}
 
 
 def main() -> None:
@@ -101,19 +115,28 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2,
                    help="bench/apf_load.py's requests in flight per account")
     p.add_argument("--warmup", type=float, default=15, help="seconds of load before each run starts")
+    p.add_argument("--revisions", default="", help="revisions of Quorum to run each arm with (default: "
+                   "the running Quorum), as bench/cluster_ab.py takes them")
+    p.add_argument("--schema", choices=sorted(SCHEMA_CHOICES), default="both")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    sides: list[cluster_ab.Variant | None] = [None]
+    if args.revisions:
+        sides = list(cluster_ab.variants(args.revisions))
+    arms = [(side, schema) for side in sides for schema in SCHEMA_CHOICES[args.schema]]
     rows = []
     try:
         for rep in range(args.reps):
-            for arm in (ARMS if rep % 2 == 0 else ARMS[::-1]):
-                row = one_run(args, arm, rep)
+            for side, arm in (arms if rep % 2 == 0 else arms[::-1]):
+                row = one_run(args, arm, rep, side)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 (args.out / "apf_ab.json").write_text(json.dumps(rows, indent=1))
     finally:
         asyncio.run(set_schema(True))
+        if args.revisions:
+            cluster_ab.restart_quorum(cluster_ab.ROOT)
 
 
 if __name__ == "__main__":

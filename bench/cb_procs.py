@@ -304,6 +304,7 @@ QUORUM_SERIES = {
     "loop_lag_seconds": "quorum_event_loop_lag_seconds_sum",
     "loop_lag_samples": "quorum_event_loop_lag_seconds_count",
     "loop_lag_within_100ms": 'quorum_event_loop_lag_seconds_bucket{le="0.1"',
+    "binds_failed": 'quorum_binds_total{outcome="error"',
 }
 SCHEDULER_SERIES = {
     "attempts": "scheduler_schedule_attempts_total",

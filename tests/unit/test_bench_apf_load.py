@@ -47,8 +47,9 @@ def test_percentile_is_the_nearest_rank() -> None:
 def test_a_runs_row_carries_each_schemas_mean_wait() -> None:
     apf_ab = bench_module("apf_ab")
     run = {"workload": "W1", "pods_per_second": 60.0, "skew_p50_ms": 40.0, "skew_p99_ms": 500.0,
-           "skew_max_ms": 700.0, "quorum_cpu_ms_per_pod": 4.0,
-           "metrics": {"kube-apiserver": {"apf_wait_quorum_sum": 0.0, "apf_wait_quorum_count": 0.0,
+           "skew_max_ms": 700.0, "quorum_cpu_ms_per_pod": 4.0, "bound": 1800,
+           "metrics": {"quorum": {"binds_failed": 12.0, "gang_binds": 59.0},
+                       "kube-apiserver": {"apf_wait_quorum_sum": 0.0, "apf_wait_quorum_count": 0.0,
                                           "apf_wait_service_accounts_sum": 12.0,
                                           "apf_wait_service_accounts_count": 4000.0,
                                           "apf_wait_kube_scheduler_sum": 0.5,
@@ -59,3 +60,4 @@ def test_a_runs_row_carries_each_schemas_mean_wait() -> None:
     assert row["wait_kube_scheduler"] == [250, 2.0]
     assert (row["arm"], row["rep"], row["pods_per_second"]) == ("no-schema", 1, 60.0)
     assert row["load"] == {"requests": 10}
+    assert (row["pods_bound"], row["binds_failed"], row["gang_binds"]) == (1800, 12, 59)
