@@ -44,6 +44,8 @@ SCHEMA_FILE = ROOT / "manifests" / "flowschema.yaml"
 SCHEMAS = "/apis/flowcontrol.apiserver.k8s.io/v1/flowschemas"
 ARMS = ("schema", "no-schema")
 SCHEMA_CHOICES = {"both": ARMS, "on": ARMS[:1], "off": ARMS[1:]}
+# The FlowSchemas whose queue wait bench/cb_procs.py records, by its short names.
+WAITED = ("quorum", "service_accounts", "kube_scheduler", "kube_system_accounts")
 
 
 async def set_schema(present: bool) -> None:
@@ -67,15 +69,10 @@ def mean_wait_ms(apiserver: dict[str, float], schema: str) -> tuple[int, float]:
 def summarize(arm: str, rep: int, run: dict[str, Any], load: dict[str, Any]) -> dict[str, Any]:
     apiserver = run.get("metrics", {}).get("kube-apiserver", {})
     quorum = run.get("metrics", {}).get("quorum", {})
-    quorum_n, quorum_wait = mean_wait_ms(apiserver, "quorum")
-    accounts_n, accounts_wait = mean_wait_ms(apiserver, "service_accounts")
-    scheduler_n, scheduler_wait = mean_wait_ms(apiserver, "kube_scheduler")
     copied = ("workload", "pods_per_second", "skew_p50_ms", "skew_p99_ms", "skew_max_ms",
               "quorum_cpu_ms_per_pod")
     return {"arm": arm, "rep": rep, **{k: run[k] for k in copied},
-            "wait_quorum": [quorum_n, quorum_wait], "wait_service_accounts": [accounts_n, accounts_wait],
-            "wait_kube_scheduler": [scheduler_n, scheduler_wait],
-            "wait_kube_system_accounts": list(mean_wait_ms(apiserver, "kube_system_accounts")),
+            **{f"wait_{schema}": list(mean_wait_ms(apiserver, schema)) for schema in WAITED},
             "pods_bound": run.get("bound", 0), "binds_failed": int(quorum.get("binds_failed", 0)),
             "gang_binds": int(quorum.get("gang_binds", 0)), "load": load}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from typing import Any
 
 import aiohttp
@@ -37,7 +38,7 @@ def retry_after_seconds(header: str | None) -> float:
         seconds = float(header) if header is not None else 1.0
     except ValueError:
         return 1.0
-    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS) if seconds == seconds else 1.0
+    return 1.0 if math.isnan(seconds) else min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
 
 
 def said(exc: BaseException) -> str:
@@ -71,9 +72,7 @@ class Bindings:
             status, text, retry_after = await self._post(path, data, f"{namespace}/{name}", node)
             if status != 429 or attempt == BIND_ATTEMPTS:
                 break
-            # Turned away, not refused (API Priority and Fairness, or a max-in-flight limit): the
-            # binding was not made, so sending it again is safe, as client-go does for the default
-            # binder. Failing it would leave its gang bound but for this member.
+            # Turned away, not refused: the binding was not made (the module's docstring says why).
             delay = retry_after_seconds(retry_after)
             log.info("binding turned away by the apiserver, sent again", extra={
                 "pod": f"{namespace}/{name}", "attempt": attempt, "retry_after": delay})
