@@ -109,8 +109,7 @@ class Lifecycle:
 
     def _note_health(self, state: GangState) -> None:
         core, key = self.core, state.key
-        members = core.cache.members(key)
-        state.finished.update(m.uid for m in members if m.succeeded)
+        state.finished.update(core.cache.membership.members_in("succeeded", key))
         if state.completing:
             self.registry.timers.cancel(key, Deadline.READY, Deadline.RECOVERY)
         spec = core.cache.gang_spec(key)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from ..cluster.composites import is_composite_key, quorum_count
+from ..cluster.membership import NO_MEMBERS
 from ..cluster.records import PodRecord
 from .core import Core, alive_count, runs
 from .state import (
@@ -93,9 +94,30 @@ class GangRegistry:
         return tuple(self._tables)
 
     def check(self) -> list[str]:
-        """Violations of the registry's own invariant: no part keeps facts about a gang it forgot."""
-        return [f"gang {key}: a part keeps facts about it after it was forgotten (a leak)"
-                for table in self._tables for key in table.keys() if key not in self._gangs]
+        """Violations of the registry's own invariants: no part keeps facts about a gang it forgot,
+        and the counts read from member states are the ones walking the members gives."""
+        problems = [f"gang {key}: a part keeps facts about it after it was forgotten (a leak)"
+                    for table in self._tables for key in table.keys() if key not in self._gangs]
+        for key in self._gangs:
+            kept = (self._running_total(key), self.ready_count(key),
+                    len(self.core.cache.membership.members_in("alive", key)))
+            walked = self._walked_counts(key)
+            if kept != walked:
+                problems.append(f"gang {key}: (running, Ready, alive) members counted {kept}, "
+                                f"walking them gives {walked}")
+        return problems
+
+    def _walked_counts(self, key: str) -> tuple[int, int, int]:
+        """(running, Ready, alive) by walking the members: the definitions the kept counts follow."""
+        state = self._gangs.get(key)
+        evicting = state.evicting if state is not None else NO_MEMBERS
+        members, nodes = self.core.cache.members(key), self.core.cache.nodes
+        unseen = (m.uid for m in members if not m.node_name)
+        running = (sum(1 for m in members if runs(m) and m.uid not in evicting)
+                   + self.core.ledger.inflight_of(key, unseen, evicting))
+        ready = sum(1 for m in members if runs(m) and m.ready and m.uid not in evicting
+                    and (node := nodes.get(m.node_name)) is not None and node.ready)
+        return running, ready, alive_count(members)
 
     def state(self, key: str) -> GangState:
         state = self._gangs.get(key)
@@ -107,17 +129,22 @@ class GangRegistry:
         """Members bound, as the cache sees it plus binds that succeeded but are not seen yet. A
         composite counts in each part no more than its minCount: extras of one part make up for no
         other's, so "running at quorum" means every part is."""
-        members = self.core.cache.members(key)
-        state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else ()
-        bound = sum(1 for m in members if runs(m) and m.uid not in evicting)
-        unseen = (m.uid for m in members if not m.node_name)
-        count = bound + self.core.ledger.inflight_of(key, unseen, evicting)
+        count = self._running_total(key)
         if count and is_composite_key(key):
             spec = self.core.cache.gang_spec(key)
             if spec is not None and spec.min_parts:
                 return quorum_count(spec, self.running_members(key))
         return count
+
+    def _running_total(self, key: str) -> int:
+        """Members that run, less those being evicted, plus binds that succeeded unseen: read from
+        the cache's member states, not by walking the members (``check`` compares the two)."""
+        members_in = self.core.cache.membership.members_in
+        state = self._gangs.get(key)
+        evicting = state.evicting if state is not None else NO_MEMBERS
+        running = members_in("running", key)
+        bound = len(running) - len(running & evicting) if evicting else len(running)
+        return bound + self.core.ledger.inflight_of(key, members_in("unbound", key), evicting)
 
     def running_members(self, key: str) -> list[PodRecord]:
         """The members ``running_count`` counts (a composite's quorum is counted part by part)."""
@@ -150,15 +177,14 @@ class GangRegistry:
         controller has marked the pod itself not Ready yet.
         """
         state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else ()
-        nodes = self.core.cache.nodes
-        return sum(1 for m in self.core.cache.members(key)
-                   if runs(m) and m.ready and m.uid not in evicting
-                   and (node := nodes.get(m.node_name)) is not None and node.ready)
+        evicting = state.evicting if state is not None else NO_MEMBERS
+        cache = self.core.cache
+        nodes, pods = cache.nodes, cache.pods
+        return sum(1 for uid in cache.membership.members_in("ready", key) if uid not in evicting
+                   and (node := nodes.get(pods[uid].node_name)) is not None and node.ready)
 
     def facts(self, state: GangState) -> Facts:
         spec = self.core.cache.gang_spec(state.key)
-        members = self.core.cache.members(state.key)
         valid = spec is not None and not spec.problem and spec.min_count >= 1
         min_count = spec.min_count if spec is not None and valid else max(state.min_count_reserved, 1)
         running = self.running_count(state.key)
@@ -166,7 +192,7 @@ class GangRegistry:
         return Facts(
             spec_valid=valid or spec is None,
             declared=spec is not None,
-            alive=alive_count(members),
+            alive=len(self.core.cache.membership.members_in("alive", state.key)),
             running=running,
             min_count=min_count,
             reserved=self.core.ledger.reserved_count(state.key),

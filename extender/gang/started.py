@@ -33,7 +33,7 @@ class StartedSignal:
             return
         spec = core.cache.gang_spec(key)
         min_count = core.min_count(state, spec)
-        started = sum(1 for m in core.cache.members(key) if m.holds_capacity and m.started)
+        started = len(core.cache.membership.members_in("started", key))
         if not min_count or started < min_count:
             return
         state.members_started = True

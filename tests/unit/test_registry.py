@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+
 from extender.gang.core import Core
 from extender.gang.registry import GangRegistry
 from extender.gang.state import GangState
 
 from .fixtures import World, gang_of
 from .fixtures import gang_pod as pod
+from .payloads import make_node
 
 
 def _rows(registry: GangRegistry, key: str) -> int:
@@ -54,3 +57,59 @@ def test_core_holds_no_gang_state() -> None:
     core = world.coordinator.core
     assert isinstance(core, Core)
     assert not any(isinstance(value, (dict, set, list)) for value in vars(core).values())
+
+
+def _counts(registry: GangRegistry, key: str) -> tuple[int, int, int]:
+    """(running, Ready, alive) as the registry reads them from the cache's member states."""
+    return (registry.running_count(key), registry.ready_count(key),
+            len(registry.core.cache.membership.members_in("alive", key)))
+
+
+def _with_status(obj: dict[str, object], *, ready: bool = False, phase: str = "Running",
+                 deleting: bool = False) -> dict[str, object]:
+    out = copy.deepcopy(obj)
+    out["status"] = {"phase": phase, "startTime": "2026-01-01T00:00:00Z",
+                     "conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if deleting:
+        out["metadata"]["deletionTimestamp"] = "2026-01-01T00:01:00Z"  # type: ignore[index]
+    return out
+
+
+async def test_a_gangs_counts_follow_its_members_through_their_lives() -> None:
+    """Running, Ready and alive members are counted as the watch moves them, not by walking the
+    gang: bound, Ready, on a node gone not Ready, evicted, deleting, finished, deleted."""
+    world = World()
+    registry = world.coordinator.registry
+    names = gang_of(world, 3, min_count=2)
+    assert _counts(registry, "ml/w") == (0, 0, 3)
+    world.filter("w0")
+    for name, node in (("w0", "b0-r0-n0"), ("w1", "b0-r0-n1"), ("w2", "b0-r0-n1")):
+        world.bind_in_cache(name, node)
+    assert _counts(registry, "ml/w") == (3, 0, 3)
+    for name in names:
+        world.add(_with_status(world.pods[name], ready=True))
+    assert _counts(registry, "ml/w") == (3, 3, 3)
+    not_ready = make_node("b0-r0-n1", "b0", "b0-r0")
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    world.cache.upsert_node(not_ready)
+    assert _counts(registry, "ml/w") == (3, 1, 3)  # w1 and w2 run on a node that is not Ready
+    registry.state("ml/w").evicting.add("uid-w0")
+    assert _counts(registry, "ml/w") == (2, 0, 3)
+    registry.state("ml/w").evicting.clear()
+    world.add(_with_status(world.pods["w1"], ready=True, deleting=True))
+    assert _counts(registry, "ml/w") == (2, 1, 2)
+    world.add(_with_status(world.pods["w2"], phase="Succeeded"))
+    assert _counts(registry, "ml/w") == (1, 1, 1)
+    world.cache.delete_pod(world.pods.pop("w0"))
+    assert _counts(registry, "ml/w") == (0, 0, 0)
+    assert registry.check() == []
+
+
+async def test_counts_that_drift_from_the_members_are_reported() -> None:
+    world = World()
+    registry = world.coordinator.registry
+    gang_of(world, 2, min_count=2)
+    world.filter("w0")
+    world.cache.membership.in_state["alive"]["ml/w"].discard("uid-w1")  # a state set that missed an event
+    assert registry.check() == ["gang ml/w: (running, Ready, alive) members counted (0, 0, 1), "
+                                "walking them gives (0, 0, 2)"]
