@@ -153,6 +153,11 @@ def one_revision(variant: Variant, rep: int, args: argparse.Namespace,
     return rows
 
 
+def _figure(value: Any) -> str:
+    """A measured figure as the table shows it: floats to two decimals (3.83, not 3.8281249999999996)."""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
 def summary(rows: list[dict[str, Any]]) -> list[str]:
     """Per workload and revision: the ratio to the native run beside it, per repetition, and
     Quorum's CPU, writes and memory."""
@@ -170,7 +175,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
         ratios = [r for r, _ in pairs]
         cells = [workload, revision, ", ".join(f"{r:.3f}" for r in ratios),
                  f"{statistics.median(ratios):.3f}"]
-        cells += [", ".join(str(run.get(k)) for _, run in pairs)
+        cells += [", ".join(_figure(run.get(k)) for _, run in pairs)
                   for k in ("quorum_cpu_ms_per_pod", "quorum_writes_per_pod", "quorum_rss_mib",
                             "quorum_rss_after_clean_mib")]
         out.append("| " + " | ".join(cells) + " |")

@@ -4,11 +4,12 @@
 
     PYTHONPATH=<checkout> python bench/mb_pod_life.py [--gangs 125] [--size 16] [--profile]
 
-Gangs (of 16 members unless ``--size`` says otherwise) on 1,024 synthetic nodes are filtered, reserved and bound in process (no HTTP, every
-side effect a no-op), then each member goes through its life one watch event at a time, as W5's
-pods do in the cluster benchmark. Prints microseconds per pod for the placement and binding and
-for the life after it, best of 5 repeats; ``--profile`` prints where the life's time goes
-(cProfile, cumulative). Compare revisions by running it from two checkouts in turn, interleaved.
+Gangs (of 16 members unless ``--size`` says otherwise) on 1,024 synthetic nodes are filtered,
+reserved and bound in process (no HTTP, every side effect a no-op), then each member goes through
+its life one watch event at a time, as W5's pods do in the cluster benchmark. Prints microseconds
+per pod for the placement and binding and for the life after it, best of 5 repeats; ``--profile``
+prints where the life's time goes (cProfile). Compare revisions by running it from two checkouts
+in turn, interleaved.
 """
 
 from __future__ import annotations
