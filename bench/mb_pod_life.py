@@ -8,8 +8,9 @@ Gangs (of 16 members unless ``--size`` says otherwise) on 1,024 synthetic nodes 
 reserved and bound in process (no HTTP, every side effect a no-op), then each member goes through
 its life one watch event at a time, as W5's pods do in the cluster benchmark. Prints microseconds
 per pod for the placement and binding and for the life after it, best of 5 repeats; ``--profile``
-prints where the life's time goes (cProfile). Compare revisions by running it from two checkouts
-in turn, interleaved.
+prints where the life's time goes (cProfile), ``--memory`` what the cache's per-gang member sets
+hold per member while every gang runs (at most 1,024 members: one a node). Compare revisions by
+running it from two checkouts in turn, interleaved.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import asyncio
 import copy
 import cProfile
 import pstats
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from mb_cluster import gang_pod, make_node, node_name
@@ -44,6 +46,7 @@ def _stage(pod: dict[str, Any], stage: str) -> dict[str, Any]:
     status = out.setdefault("status", {})
     if stage in ("running", "ready", "succeeded"):
         status["phase"] = "Running"
+        status["startTime"] = "2026-01-01T00:00:00Z"  # a kubelet took it
         status["conditions"] = [{"type": "PodScheduled", "status": "True"},
                                 {"type": "Ready", "status": "True" if stage != "running" else "False"}]
     if stage == "succeeded":
@@ -130,12 +133,39 @@ def measure(gangs: int, size: int, profile: bool) -> tuple[float, float]:
     return placed / pods * 1e6, lived / pods * 1e6
 
 
+def state_bytes(gangs: int, size: int) -> tuple[float, float]:
+    """Bytes per member of the cache's per-gang member sets (the member states and the gang index)
+    with every gang bound, Running and Ready: the most they hold."""
+    run = Run(gangs, size)
+    loop = asyncio.new_event_loop()
+    try:
+        for gang in run.gangs:
+            loop.run_until_complete(run.place_and_bind(gang))
+            run.live(run.events(gang)[:3 * size])  # bound, Running, Ready
+    finally:
+        loop.close()
+    membership = run.cache.membership
+
+    def held(index: Mapping[str, set[str]]) -> int:
+        return sys.getsizeof(index) + sum(sys.getsizeof(uids) for uids in index.values())
+
+    members = gangs * size
+    return (sum(held(index) for index in membership.in_state.values()) / members,
+            held(membership.gang_members) / members)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gangs", type=int, default=125)
     parser.add_argument("--size", type=int, default=GANG_SIZE, help="members per gang")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--memory", action="store_true", help="bytes per member of the member sets")
     args = parser.parse_args()
+    if args.memory:
+        states, index = state_bytes(args.gangs, args.size)
+        print(f"{args.gangs} gangs of {args.size}, bound, Running and Ready: member states {states:.0f} B "
+              f"per member, the gang index {index:.0f} B per member")
+        return
     if args.profile:
         measure(args.gangs, args.size, True)
         return

@@ -100,7 +100,7 @@ class GangRegistry:
                     for table in self._tables for key in table.keys() if key not in self._gangs]
         for key in self._gangs:
             kept = (self._running_total(key), self.ready_count(key),
-                    len(self.core.cache.membership.members_in("alive", key)))
+                    self.core.cache.membership.alive_count(key))
             walked = self._walked_counts(key)
             if kept != walked:
                 problems.append(f"gang {key}: (running, Ready, alive) members counted {kept}, "
@@ -139,12 +139,11 @@ class GangRegistry:
     def _running_total(self, key: str) -> int:
         """Members that run, less those being evicted, plus binds that succeeded unseen: read from
         the cache's member states, not by walking the members (``check`` compares the two)."""
-        members_in = self.core.cache.membership.members_in
+        membership = self.core.cache.membership
         state = self._gangs.get(key)
         evicting = state.evicting if state is not None else NO_MEMBERS
-        running = members_in("running", key)
-        bound = len(running) - len(running & evicting) if evicting else len(running)
-        return bound + self.core.ledger.inflight_of(key, members_in("unbound", key), evicting)
+        bound = membership.running_count(key, evicting)
+        return bound + self.core.ledger.inflight_of(key, membership.members_in("unbound", key), evicting)
 
     def running_members(self, key: str) -> list[PodRecord]:
         """The members ``running_count`` counts (a composite's quorum is counted part by part)."""
@@ -192,7 +191,7 @@ class GangRegistry:
         return Facts(
             spec_valid=valid or spec is None,
             declared=spec is not None,
-            alive=len(self.core.cache.membership.members_in("alive", state.key)),
+            alive=self.core.cache.membership.alive_count(state.key),
             running=running,
             min_count=min_count,
             reserved=self.core.ledger.reserved_count(state.key),

@@ -33,7 +33,7 @@ class StartedSignal:
             return
         spec = core.cache.gang_spec(key)
         min_count = core.min_count(state, spec)
-        started = len(core.cache.membership.members_in("started", key))
+        started = core.cache.membership.started_count(key)
         if not min_count or started < min_count:
             return
         state.members_started = True

@@ -62,7 +62,7 @@ def test_core_holds_no_gang_state() -> None:
 def _counts(registry: GangRegistry, key: str) -> tuple[int, int, int]:
     """(running, Ready, alive) as the registry reads them from the cache's member states."""
     return (registry.running_count(key), registry.ready_count(key),
-            len(registry.core.cache.membership.members_in("alive", key)))
+            registry.core.cache.membership.alive_count(key))
 
 
 def _with_status(obj: dict[str, object], *, ready: bool = False, phase: str = "Running",
@@ -110,6 +110,6 @@ async def test_counts_that_drift_from_the_members_are_reported() -> None:
     registry = world.coordinator.registry
     gang_of(world, 2, min_count=2)
     world.filter("w0")
-    world.cache.membership.in_state["alive"]["ml/w"].discard("uid-w1")  # a state set that missed an event
+    world.cache.membership.in_state["pending"]["ml/w"].discard("uid-w1")  # a state set that missed an event
     assert registry.check() == ["gang ml/w: (running, Ready, alive) members counted (0, 0, 1), "
                                 "walking them gives (0, 0, 2)"]
