@@ -59,7 +59,9 @@ class Apiserver:
                         return orjson.loads(raw) if raw else None
                     if resp.status not in (429, 500, 502, 503, 504) or attempt == attempts - 1:
                         raise RuntimeError(f"{method} {path}: HTTP {resp.status}: {raw[:300]!r}")
-            except aiohttp.ClientConnectionError:
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
+                # A body cut short too: a busy apiserver may drop a long answer (a deletecollection
+                # of thousands of pods) part-way; the calls made here may be repeated.
                 if attempt == attempts - 1:
                     raise
             await asyncio.sleep(0.2 * 2 ** attempt)
