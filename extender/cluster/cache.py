@@ -386,7 +386,7 @@ class ClusterCache:
 
     def bound_count(self, gang_key: str) -> int:
         """Members holding capacity on a node: what counts towards a gang running."""
-        return sum(1 for m in self.members(gang_key) if m.holds_capacity)
+        return len(self.membership.members_in("holding", gang_key))
 
     def counts(self) -> dict[str, int]:
         return {

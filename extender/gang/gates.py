@@ -28,7 +28,7 @@ from ..cluster.composites import parts_short
 from ..cluster.jobsets import declaring_kind
 from ..cluster.records import GangSpec, PodRecord
 from ..topology.placement import fits
-from .core import Core, alive_count
+from .core import Core
 from .registry import GangRegistry
 from .state import GangState, end_backoff
 
@@ -200,7 +200,7 @@ def backoff_gate(core: Core, registry: GangRegistry, g: GateInput) -> FilterDeci
 
 
 def quorum_gate(core: Core, g: GateInput) -> FilterDecision | None:
-    alive = alive_count(g.members) + (0 if g.known else 1)
+    alive = core.cache.membership.alive_count(g.state.key) + (0 if g.known else 1)
     if alive >= g.spec.min_count and not g.spec.min_parts:
         return None
     if alive >= g.spec.min_count:  # a composite: each PodGroup needs its own members

@@ -8,7 +8,7 @@ registry hands out (``table``), so forgetting a gang forgets them too and no tab
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Set
 from typing import Generic, TypeVar
 
 from ..cluster.composites import is_composite_key, quorum_count
@@ -109,8 +109,7 @@ class GangRegistry:
 
     def _walked_counts(self, key: str) -> tuple[int, int, int]:
         """(running, Ready, alive) by walking the members: the definitions the kept counts follow."""
-        state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else NO_MEMBERS
+        evicting = self._evicting(key)
         members, nodes = self.core.cache.members(key), self.core.cache.nodes
         unseen = (m.uid for m in members if not m.node_name)
         running = (sum(1 for m in members if runs(m) and m.uid not in evicting)
@@ -124,6 +123,11 @@ class GangRegistry:
         if state is None:
             state = self._gangs[key] = GangState(key, first_seen=self.core.clock())
         return state
+
+    def _evicting(self, key: str) -> Set[str]:
+        """Members Quorum is evicting: no longer counted as running, nor as pinning the gang."""
+        state = self._gangs.get(key)
+        return state.evicting if state is not None else NO_MEMBERS
 
     def running_count(self, key: str) -> int:
         """Members bound, as the cache sees it plus binds that succeeded but are not seen yet. A
@@ -140,15 +144,13 @@ class GangRegistry:
         """Members that run, less those being evicted, plus binds that succeeded unseen: read from
         the cache's member states, not by walking the members (``check`` compares the two)."""
         membership = self.core.cache.membership
-        state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else NO_MEMBERS
+        evicting = self._evicting(key)
         bound = membership.running_count(key, evicting)
         return bound + self.core.ledger.inflight_of(key, membership.members_in("unbound", key), evicting)
 
     def running_members(self, key: str) -> list[PodRecord]:
         """The members ``running_count`` counts (a composite's quorum is counted part by part)."""
-        state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else ()
+        evicting = self._evicting(key)
         ledger = self.core.ledger
         return [m for m in self.core.cache.members(key) if m.uid not in evicting and
                 (runs(m) or (not m.node_name and ledger.is_inflight(m.uid)))]
@@ -160,7 +162,7 @@ class GangRegistry:
         join the survivors, not the node that failed.
         """
         inflight = self.core.ledger.inflight()
-        evicting = self._gangs[key].evicting if key in self._gangs else set()
+        evicting = self._evicting(key)
         out = []
         for m in self.core.cache.members(key):
             if runs(m) and m.uid not in evicting and m.node_name in self.core.cache.nodes:
@@ -175,8 +177,7 @@ class GangRegistry:
         A member on a node that is not Ready does not count, whether or not the node lifecycle
         controller has marked the pod itself not Ready yet.
         """
-        state = self._gangs.get(key)
-        evicting = state.evicting if state is not None else NO_MEMBERS
+        evicting = self._evicting(key)
         cache = self.core.cache
         nodes, pods = cache.nodes, cache.pods
         return sum(1 for uid in cache.membership.members_in("ready", key) if uid not in evicting

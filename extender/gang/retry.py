@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..cluster.records import PodRecord
-from .core import Core, alive_count
+from .core import Core
 from .registry import GangRegistry
 from .state import GangState, count_failure, end_backoff, start_backoff
 from .timers import Deadline, doubling
@@ -176,9 +176,8 @@ class Retry:
         spec = core.cache.gang_spec(state.key)
         if spec is None or not spec.is_gang:
             return []
-        members = core.cache.members(state.key)
-        if alive_count(members) < spec.min_count:
+        if core.cache.membership.alive_count(state.key) < spec.min_count:
             return []  # still short of members: the same answer again
         if self._fits.nofit_unchanged(state):
             return []  # nothing the placement depends on has moved
-        return sorted((m for m in members if m.pending), key=lambda m: m.name)
+        return sorted((m for m in core.cache.members(state.key) if m.pending), key=lambda m: m.name)
