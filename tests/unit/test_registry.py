@@ -113,3 +113,21 @@ async def test_counts_that_drift_from_the_members_are_reported() -> None:
     world.cache.membership.in_state["pending"]["ml/w"].discard("uid-w1")  # a state set that missed an event
     assert registry.check() == ["gang ml/w: (running, Ready, alive) members counted (0, 0, 1), "
                                 "walking them gives (0, 0, 2)"]
+
+
+async def test_a_bind_sent_for_a_member_seen_deleting_counts_until_it_is_answered() -> None:
+    """kube-scheduler may bind a pod the watch has already shown being deleted (it had not seen
+    that yet). While that binding is under way it counts, as any bind in flight does: it may land,
+    and the kept count must say what walking the members says."""
+    world = World()
+    registry = world.coordinator.registry
+    gang_of(world, 2, min_count=2)
+    world.filter("w0")
+    world.add(_with_status(world.pods["w1"], phase="Pending", deleting=True))
+    assert registry.running_count("ml/w") == 0
+    world.coordinator.core.ledger.mark_inflight("uid-w1", "b0-r0-n0", world.cache.pods["uid-w1"].requests)
+    assert registry.running_count("ml/w") == 1
+    assert registry.check() == []
+    world.coordinator.core.ledger.clear_inflight("uid-w1")  # the apiserver refused it
+    assert registry.running_count("ml/w") == 0
+    assert registry.check() == []
