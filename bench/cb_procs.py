@@ -305,6 +305,9 @@ QUORUM_SERIES = {
     "loop_lag_samples": "quorum_event_loop_lag_seconds_count",
     "loop_lag_within_100ms": 'quorum_event_loop_lag_seconds_bucket{le="0.1"',
     "binds_failed": 'quorum_binds_total{outcome="error"',
+    "watch_events": "quorum_watch_events_total",
+    "watch_events_pods": 'quorum_watch_events_total{kind="pods"',
+    "watch_events_nodes": 'quorum_watch_events_total{kind="nodes"',
 }
 SCHEDULER_SERIES = {
     "attempts": "scheduler_schedule_attempts_total",

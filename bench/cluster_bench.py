@@ -170,12 +170,16 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
     row.update(_received_skews(received, watch.labels))
     bound = len(watch.bound_at) or 1
     quorum_pid = cb_procs.pid_of("quorum")
+    # Quorum follows every pod of the cluster: its CPU per watch event, in a native run all it does.
+    events = (after_metrics["quorum"].get("watch_events", 0.0)
+              - before_metrics["quorum"].get("watch_events", 0.0))
     row.update({
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
         "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",))
         if "quorum" in SCHEDULING[config] else None,
+        "quorum_cpu_us_per_watch_event": round(1e6 * cpu.get("quorum", 0.0) / events, 1) if events else None,
         "system_cpu_ms_per_pod": per_pod_ms(cpu, bound),
         "metrics": {proc: {k: round(v - before_metrics[proc].get(k, 0.0), 3) for k, v in series.items()}
                     for proc, series in after_metrics.items()},

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+from prometheus_client import Counter
 
 from ..cluster.cache import ClusterCache
 from ..cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
@@ -47,6 +48,8 @@ WATCHING = "watching"
 BACKOFF = "backoff"
 ABSENT = "absent"  # the API is not served: synced and empty
 STOPPED = "stopped"
+
+EVENT_TYPES = frozenset(("ADDED", "MODIFIED", "DELETED", "BOOKMARK"))  # any other is counted as "other"
 
 
 def drop_unread(obj: dict[str, Any]) -> None:
@@ -133,6 +136,7 @@ class Informer:
         self.absent_retry = absent_retry
         self._tasks: list[asyncio.Task[None]] = []
         self._state: dict[str, str] = {}
+        self._event_counters: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its counter child
         cache.on_clamped = self._clamped
 
     def start(self) -> None:
@@ -280,15 +284,26 @@ class Informer:
             return ""
         meta = obj.get("metadata")
         version = str(meta.get("resourceVersion") or "") if isinstance(meta, dict) else ""
+        event_type = event.get("type")
+        self._counted(kind.name, event_type)
         try:
-            if event.get("type") in ("ADDED", "MODIFIED"):
+            if event_type in ("ADDED", "MODIFIED"):
                 kind.upsert(obj)
-            elif event.get("type") == "DELETED":
+            elif event_type == "DELETED":
                 kind.delete(obj)
             # BOOKMARK: only the resourceVersion moves on.
         except Exception as exc:  # any object the cache cannot take
             self._reject(kind.name, obj, exc)
         return version
+
+    def _counted(self, kind: str, event_type: Any) -> None:
+        """Count a watch event; the counter's children are kept, as every event of the cluster
+        passes here."""
+        label = event_type if event_type in EVENT_TYPES else "other"
+        counter = self._event_counters.get((kind, label))
+        if counter is None:
+            counter = self._event_counters[(kind, label)] = self.metrics.watch_events.labels(kind, label)
+        counter.inc()
 
     def _reject(self, kind: str, obj: Any, exc: Exception) -> None:
         reason = "invalid-quantity" if isinstance(exc, QuantityError) else "invalid-object"

@@ -505,3 +505,31 @@ async def test_a_burst_of_buffered_watch_events_gives_way_to_other_work() -> Non
     between = [n for n in others if 0 < n < 40]
     assert len(between) >= 4, others  # about every 5 events over 40 ms; without pacing, none
 
+
+
+def watch_events(metrics: Metrics, kind: str, event_type: str) -> float:
+    value = metrics.registry.get_sample_value("quorum_watch_events_total", {"kind": kind, "type": event_type})
+    return value or 0.0
+
+
+async def test_watch_events_are_counted_by_kind_and_type(
+        cache: ClusterCache, metrics: Metrics, run: Callable[..., Informer]) -> None:
+    """What following the cluster costs is read per event: each applied event is counted once,
+    bookmarks too, and a type the informer does not know as "other"."""
+    kube = FakeApiserver()
+    kube.lists[PODS] = [([], "100")]
+    pod = make_pod("w0", "u0")
+    kube.watches[PODS] = [[
+        event("ADDED", pod, "101"),
+        event("MODIFIED", bound(pod, N0), "102"),
+        event("MODIFIED", bound(pod, N0, phase="Succeeded"), "103"),
+        bookmark("104"),
+        {"type": "SURPRISE", "object": with_rv(make_pod("w1", "u1"), "105")},
+        event("DELETED", bound(pod, N0, phase="Succeeded"), "106"),
+    ]]
+    run(kube)
+    await eventually(lambda: watch_events(metrics, "pods", "DELETED") == 1)
+    types = ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "other")
+    counted = {t: watch_events(metrics, "pods", t) for t in types}
+    assert counted == {"ADDED": 1, "MODIFIED": 2, "DELETED": 1, "BOOKMARK": 1, "other": 1}
+    assert "u1" not in cache.pods  # an unknown type is counted, not applied
