@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from prometheus_client import Counter
 
 from ..cluster.cache import ClusterCache
 from ..cluster.dra.feed import DEVICE_SOURCES, DeviceFeed
@@ -136,7 +135,6 @@ class Informer:
         self.absent_retry = absent_retry
         self._tasks: list[asyncio.Task[None]] = []
         self._state: dict[str, str] = {}
-        self._event_counters: dict[tuple[str, str], Counter] = {}  # (kind, type) -> its counter child
         cache.on_clamped = self._clamped
 
     def start(self) -> None:
@@ -297,13 +295,7 @@ class Informer:
         return version
 
     def _counted(self, kind: str, event_type: Any) -> None:
-        """Count a watch event; the counter's children are kept, as every event of the cluster
-        passes here."""
-        label = event_type if event_type in EVENT_TYPES else "other"
-        counter = self._event_counters.get((kind, label))
-        if counter is None:
-            counter = self._event_counters[(kind, label)] = self.metrics.watch_events.labels(kind, label)
-        counter.inc()
+        self.metrics.watch_events[(kind, event_type if event_type in EVENT_TYPES else "other")] += 1
 
     def _reject(self, kind: str, obj: Any, exc: Exception) -> None:
         reason = "invalid-quantity" if isinstance(exc, QuantityError) else "invalid-object"
