@@ -32,6 +32,7 @@ from .bindings import Bindings
 from .events import EventRecorder
 from .gang_writes import GangWrites, api_message, refusal_causes
 from .scale_up_writes import ScaleUpWrites
+from .stall import StallWatch
 from .token import IN_CLUSTER_TOKEN
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ class KubeClient:
         counts Events and nudges by result; ``clock`` (intervals) and ``wall`` (timestamps written) are
         injectable for tests, and so are the bindings' connection tiers."""
         self.credentials = credentials
+        self.watch_stall_grace = 30.0  # seconds past a watch's own timeout before it counts as dead
         self._session: aiohttp.ClientSession | None = None
         self.binds = BindConnections(credentials.ssl_context, self._new_session, bind_tiers or BindTiers())
         self.bindings = Bindings(self.binds, credentials.host)
@@ -204,24 +206,30 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=timeout_seconds + 30)
-        async with self.session.get(self._url(path), params=params, timeout=timeout) as resp:
+        # No sock_read: a watch quiet for longer than the apiserver's own timeout is ended by a
+        # StallWatch, which costs the reader a float per line instead of a timer per chunk.
+        limit = timeout_seconds + self.watch_stall_grace
+        async with asyncio.timeout(limit):  # the headers
+            response = await self.session.get(self._url(path), params=params,
+                                              timeout=aiohttp.ClientTimeout(total=None, sock_connect=30))
+        async with response as resp:
             if resp.status != 200:
                 raise _error(resp.status, await resp.read())
             if on_open is not None:
                 on_open()
-            while True:
-                line = await resp.content.readline()
-                if not line:
-                    return
-                if not line.strip():
-                    continue
-                event = orjson.loads(line)
-                if event.get("type") == "ERROR":
-                    status = event.get("object") or {}
-                    code = int(status.get("code") or 500)
-                    raise _error(code, orjson.dumps(status))
-                yield event
+            loop = asyncio.get_running_loop()
+            stall = StallWatch(resp, limit, loop)
+            try:
+                async for event in _events(resp, stall, loop):
+                    yield event
+            except aiohttp.ClientError:
+                if stall.stalled:
+                    raise TimeoutError(f"watch of {path}: nothing read for {stall.limit:.0f} s") from None
+                raise
+            finally:
+                stall.stop()
+            if stall.stalled:
+                raise TimeoutError(f"watch of {path}: nothing read for {stall.limit:.0f} s")
 
     # ---------------------------------------------------------------- side effects
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -350,6 +358,23 @@ class KubeClient:
 
     async def delete_scale_up(self, namespace: str, name: str) -> bool:
         return await self.scale_up_writes.delete_scale_up(namespace, name)
+
+
+async def _events(resp: aiohttp.ClientResponse, stall: StallWatch,
+                  loop: asyncio.AbstractEventLoop) -> AsyncIterator[dict[str, Any]]:
+    """The watch response's events, one JSON document a line; an ERROR event raises."""
+    while True:
+        line = await resp.content.readline()
+        stall.last_read = loop.time()
+        if not line:
+            return
+        if not line.strip():
+            continue
+        event = orjson.loads(line)
+        if event.get("type") == "ERROR":
+            status = event.get("object") or {}
+            raise _error(int(status.get("code") or 500), orjson.dumps(status))
+        yield event
 
 
 def _error(status: int, body: bytes) -> ApiError:
