@@ -212,36 +212,6 @@ def null_scheduler(binary: Path) -> SecondScheduler:
                            quorum_config_as(NULL_PROFILE, _null_extender))
 
 
-class NullExtender:
-    """bench/nullextender, built with the Go toolchain on first use, binding as the cluster admin."""
-
-    def start(self) -> None:
-        _stop(NULL_EXTENDER)
-        binary = ROOT / ".cache" / "bin" / "null-extender"
-        subprocess.run(["go", "build", "-o", str(binary), "."], cwd=ROOT / "bench" / "nullextender",
-                       check=True)
-        kubeconfig = yaml.safe_load((CLUSTER_DIR / "kubeconfig").read_text())
-        apiserver = kubeconfig["clusters"][0]["cluster"]["server"]
-        log = open(CLUSTER_DIR / "logs" / f"{NULL_EXTENDER}.log", "ab")
-        proc = subprocess.Popen(
-            [str(binary), "--listen", NULL_EXTENDER_ADDRESS, "--apiserver", apiserver, "--cert",
-             str(CLUSTER_DIR / "pki" / "admin.crt"), "--key", str(CLUSTER_DIR / "pki" / "admin.key")],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        (CLUSTER_DIR / "pids" / f"{NULL_EXTENDER}.pid").write_text(str(proc.pid))
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://{NULL_EXTENDER_ADDRESS}/healthz", timeout=2):
-                    return
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{NULL_EXTENDER} did not start; see {log.name}") from None
-                time.sleep(0.3)
-
-    def stop(self) -> None:
-        _stop(NULL_EXTENDER)
-
-
 def _scheduler_metrics(port: int) -> str | None:
     """A control-plane component's /metrics (kube-scheduler's or the apiserver's), as the admin."""
     pki = CLUSTER_DIR / "pki"

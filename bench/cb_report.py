@@ -12,7 +12,8 @@ from cb_workloads import GANG_LABEL
 # while a run's pods are created).
 SCHEDULING = {"Q": ("quorum", "kube-scheduler"), "Vq": ("quorum", "kube-scheduler"),
               "Vm": ("quorum", "members-scheduler"), "N": ("native-scheduler",), "V": ("native-scheduler",),
-              "Vz": ("null-extender", "null-scheduler"), "Mq": ("quorum", "kube-scheduler"),
+              "Vz": ("null-extender", "null-scheduler"), "Qz": ("null-extender", "null-scheduler"),
+              "Mq": ("quorum", "kube-scheduler"),
               "Mm": ("quorum", "members-scheduler")}
 
 

@@ -27,6 +27,7 @@ class Workload:
     name: str
     title: str
     configs: tuple[str, ...]  # compared side by side, e.g. ("Q", "N"); the last is the baseline
+    optional: tuple[str, ...] = ()  # run only when named in --configs (placed before the baseline)
     gang_sizes: tuple[int, ...] = ()  # empty: plain pods
     plain_pods: int = 0
     required_rack: bool = False
@@ -35,6 +36,12 @@ class Workload:
     complete_after: str = ""  # kwok completes each pod this long after it starts (W5, W6)
     interleave: bool = False  # plain pods created between the gangs, not after them (W6)
     timeout: float = 240.0
+
+    def chosen(self, wanted: list[str]) -> tuple[str, ...]:
+        """The configurations to run, the baseline last: all of ``configs`` and the optional ones
+        named in ``wanted``, or, when ``wanted`` names some, only those."""
+        every = (*self.configs[:-1], *(c for c in self.optional if c in wanted), self.configs[-1])
+        return tuple(c for c in every if not wanted or c in wanted)
 
     @property
     def pods(self) -> int:
@@ -58,11 +65,12 @@ def workloads(nodes: int, pods: int) -> dict[str, Workload]:
     half_node = {"cpu": "1", "memory": "1Gi", GPU: str(GPUS_PER_NODE // 2)}
     mixed_gangs = (3 * nodes // 2) // 16  # half of 1.5x the cluster's half-node slots in gangs
     return {w.name: w for w in (
-        Workload("W1", f"{gangs} gangs of 16", ("Q", "N"), gang_sizes=(16,) * gangs),
+        Workload("W1", f"{gangs} gangs of 16", ("Q", "N"), gang_sizes=(16,) * gangs, optional=("Qz",)),
         Workload("W2", f"{gangs} gangs of 16, required rack", ("Q", "N"), gang_sizes=(16,) * gangs,
                  required_rack=True),
         Workload("W3", f"{pods} plain pods", ("Vq", "Vz", "Vm", "V"), plain_pods=pods),
-        Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), paused=False, timeout=120),
+        Workload("W4", "one gang of 256", ("Q", "N"), gang_sizes=(256,), paused=False, timeout=120,
+                 optional=("Qz",)),
         Workload("W5", "mixed gangs, whole-node pods, 2x oversubscribed", ("Q", "N"),
                  gang_sizes=mixed_sizes(2 * nodes), requests=gpu_pod, complete_after="20s", timeout=150),
         Workload("W6", "gangs of 16 and as many plain pods, half-node pods, 1.5x", ("Mq", "Mm"),
@@ -72,7 +80,7 @@ def workloads(nodes: int, pods: int) -> dict[str, Workload]:
 
 
 SCHEDULER_OF = {"Q": "quorum", "Vq": "quorum", "Vm": "quorum-members", "N": "native", "V": "native",
-                "Vz": "null-extender", "Mq": "quorum", "Mm": "quorum-members"}
+                "Vz": "null-extender", "Qz": "null-extender", "Mq": "quorum", "Mm": "quorum-members"}
 MEMBERS_ONLY = ("Vm", "Mm")  # gang members request MEMBER_RESOURCE, so that kube-scheduler asks Quorum
 
 

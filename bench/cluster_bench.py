@@ -10,6 +10,9 @@ Configurations (all on one cluster, one at a time):
   Vz  plain pods under a fourth kube-scheduler whose extender (bench/nullextender, Go) decides
       nothing: filter passes every node, prioritize prefers none, bind binds. The protocol's floor
   V   plain pods under the native scheduler
+  Qz  gangs (W1, W4; only when named in --configs) under that fourth kube-scheduler, its extender
+      bench/holdextender.py: Python on Quorum's stack, holding each gang's binds until its minCount
+      and then binding them together, deciding nothing else. A Python gang extender's floor
   Mq  gangs and plain pods together under Quorum's profile
   Mm  the same under members-only mode (gang members request quorum.dev/member)
 Workloads:
@@ -46,6 +49,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import cb_procs
+from cb_extenders import HoldExtender, NullExtender
 from cb_kube import Apiserver, BindWatch
 from cb_report import (
     SCHEDULING,
@@ -177,6 +181,8 @@ async def one_run(api: Apiserver, work: Workload, config: str, rep: int, profile
         "creation_seconds": round(creation, 2), "creation_per_second": round(want / creation, 1),
         "cpu_seconds": {k: round(v, 3) for k, v in cpu.items()},
         "scheduling_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config]),
+        "extender_cpu_ms_per_pod": per_pod_ms(cpu, bound, SCHEDULING[config][:1])
+        if len(SCHEDULING[config]) > 1 else None,
         "quorum_cpu_ms_per_pod": per_pod_ms(cpu, bound, ("quorum",))
         if "quorum" in SCHEDULING[config] else None,
         "quorum_cpu_us_per_watch_event": round(1e6 * cpu.get("quorum", 0.0) / events, 1) if events else None,
@@ -259,8 +265,8 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     async with Apiserver() as api:
         for rep in range(args.reps):
             for work in chosen:
-                pair = work.configs if rep % 2 == 0 else work.configs[::-1]  # who goes first alternates
-                for config in (c for c in pair if not args.configs or c in args.configs.split(",")):
+                chosen = work.chosen(args.configs.split(",") if args.configs else [])
+                for config in chosen if rep % 2 == 0 else chosen[::-1]:  # who goes first alternates
                     row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline,
                                         args.profile_cpu)
                     rows.append(row)
@@ -281,9 +287,13 @@ def main(argv: list[str] | None = None) -> int:
                        env={**os.environ, "QUORUM_CONFIG": str(cb_procs.quorum_config_file(args.out.parent))})
     binary = ROOT / ".cache" / "bin" / version / "kube-scheduler"
     native_gates = "GenericWorkload=true,TopologyAwareWorkloadScheduling=true"
-    schedulers: list[cb_procs.SecondScheduler | cb_procs.NullExtender] = [
+    wanted = args.configs.split(",") if args.configs else []
+    if "Qz" in wanted and "Vz" in wanted:
+        raise SystemExit("Qz and Vz share the fourth kube-scheduler's extender: run them apart")
+    extender = HoldExtender() if "Qz" in wanted else NullExtender()
+    schedulers: list[cb_procs.SecondScheduler | NullExtender | HoldExtender] = [
         cb_procs.native_scheduler(binary, native_gates, args.native_percentage),
-        cb_procs.members_scheduler(binary), cb_procs.NullExtender(), cb_procs.null_scheduler(binary)]
+        cb_procs.members_scheduler(binary), extender, cb_procs.null_scheduler(binary)]
     try:
         for scheduler in schedulers:
             scheduler.start()
