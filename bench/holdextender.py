@@ -42,6 +42,7 @@ from extender.adapters.kube import ApiError, KubeClient, load_credentials
 
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
 FOLLOWED = ("/api/v1/pods", "/api/v1/nodes", PODGROUPS)
+BINDING_FIELDS = ("PodNamespace", "PodName", "PodUID", "Node")
 FOLLOWING = web.AppKey("following", list)
 Bind = Callable[[str, str, str, str], Any]  # (namespace, name, uid, node) -> awaitable
 
@@ -118,15 +119,22 @@ class Holder:
         return ""
 
 
+def field_of(doc: dict[str, Any], key: str) -> Any:
+    """kube-scheduler sends Go's field names ("NodeNames"); Go reads any case, and so does this."""
+    if key in doc:
+        return doc[key]
+    return next((value for name, value in doc.items() if name.lower() == key.lower()), None)
+
+
 def filter_answer(args: dict[str, Any]) -> dict[str, Any]:
-    names = args.get("nodenames") or []
+    names = field_of(args, "NodeNames") or []
     return {"nodenames": names[:1], "failedNodes": {}, "failedAndUnresolvableNodes": {}, "error": ""}
 
 
 def build(holder: Holder) -> web.Application:
     async def filter_(request: web.Request) -> web.Response:
         args = orjson.loads(await request.read())
-        holder.saw_pod(args.get("pod") or {})
+        holder.saw_pod(field_of(args, "Pod") or {})
         return web.Response(body=orjson.dumps(filter_answer(args)), content_type="application/json")
 
     async def prioritize(request: web.Request) -> web.Response:
@@ -135,7 +143,8 @@ def build(holder: Holder) -> web.Application:
 
     async def bind(request: web.Request) -> web.Response:
         args = orjson.loads(await request.read())
-        error = await holder.hold(args["podNamespace"], args["podName"], args["podUID"], args["node"])
+        namespace, name, uid, node = (str(field_of(args, key)) for key in BINDING_FIELDS)
+        error = await holder.hold(namespace, name, uid, node)
         return web.Response(body=orjson.dumps({"error": error}), content_type="application/json")
 
     async def healthz(request: web.Request) -> web.Response:

@@ -75,13 +75,13 @@ async def test_over_http_filter_passes_one_candidate_and_bind_answers_when_the_g
     holder.on_event(hold.PODGROUPS, podgroup_event("ADDED", "g", 2))
     async with TestClient(TestServer(hold.build(holder))) as client:
         for uid in "ab":
-            resp = await client.post("/filter", data=orjson.dumps({"pod": member(uid, "g"),
-                                                                   "nodenames": ["n1", "n2", "n3"]}))
+            resp = await client.post("/filter", data=orjson.dumps({"Pod": member(uid, "g"),
+                                                                   "NodeNames": ["n1", "n2", "n3"]}))
             assert (await resp.json())["nodenames"] == ["n1"]
         resp = await client.post("/prioritize", data=b"{}")
         assert await resp.json() == []
-        calls = [client.post("/bind", data=orjson.dumps({"podName": f"p-{uid}", "podNamespace": "ns",
-                                                          "podUID": uid, "node": "n1"})) for uid in "ab"]
+        calls = [client.post("/bind", data=orjson.dumps({"PodName": f"p-{uid}", "PodNamespace": "ns",
+                                                          "PodUID": uid, "Node": "n1"})) for uid in "ab"]
         answers = [await resp.json() for resp in await asyncio.gather(*calls)]
     assert answers == [{"error": ""}, {"error": ""}] and sorted(binds.bound) == ["p-a", "p-b"]
 
