@@ -265,8 +265,8 @@ async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
     async with Apiserver() as api:
         for rep in range(args.reps):
             for work in chosen:
-                chosen = work.chosen(args.configs.split(",") if args.configs else [])
-                for config in chosen if rep % 2 == 0 else chosen[::-1]:  # who goes first alternates
+                configs = work.chosen(args.configs.split(",") if args.configs else [])
+                for config in configs if rep % 2 == 0 else configs[::-1]:  # who goes first alternates
                     row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline,
                                         args.profile_cpu)
                     rows.append(row)
