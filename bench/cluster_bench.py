@@ -258,14 +258,14 @@ def _received_skews(received: dict[str, float], labels: dict[str, dict[str, str]
             "received_skew_max_ms": round(1000 * max(skews), 1) if skews else None}
 
 
-async def main_async(args: argparse.Namespace) -> list[dict[str, Any]]:
+async def main_async(args: argparse.Namespace, wanted: list[str]) -> list[dict[str, Any]]:
     nodes = args.blocks * args.racks * args.nodes_per_rack
     chosen = [w for name, w in workloads(nodes, args.pods).items() if name in args.workloads.split(",")]
     rows: list[dict[str, Any]] = []
     async with Apiserver() as api:
         for rep in range(args.reps):
             for work in chosen:
-                configs = work.chosen(args.configs.split(",") if args.configs else [])
+                configs = work.chosen(wanted)
                 for config in configs if rep % 2 == 0 else configs[::-1]:  # who goes first alternates
                     row = await one_run(api, work, config, rep, args.profile_quorum, args.tag, args.timeline,
                                         args.profile_cpu)
@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for scheduler in schedulers:
             scheduler.start()
-        rows = asyncio.run(main_async(args))
+        rows = asyncio.run(main_async(args, wanted))
     finally:
         for scheduler in schedulers:
             scheduler.stop()

@@ -37,12 +37,12 @@ from aiohttp import web
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from extender.adapters import wire
 from extender.adapters.event_loop import chosen_loop, new_event_loop
 from extender.adapters.kube import ApiError, KubeClient, load_credentials
 
 PODGROUPS = "/apis/scheduling.k8s.io/v1beta1/podgroups"
 FOLLOWED = ("/api/v1/pods", "/api/v1/nodes", PODGROUPS)
-BINDING_FIELDS = ("PodNamespace", "PodName", "PodUID", "Node")
 FOLLOWING = web.AppKey("following", list)
 Bind = Callable[[str, str, str, str], Any]  # (namespace, name, uid, node) -> awaitable
 
@@ -142,10 +142,9 @@ def build(holder: Holder) -> web.Application:
         return web.Response(body=b"[]", content_type="application/json")
 
     async def bind(request: web.Request) -> web.Response:
-        args = orjson.loads(await request.read())
-        namespace, name, uid, node = (str(field_of(args, key)) for key in BINDING_FIELDS)
-        error = await holder.hold(namespace, name, uid, node)
-        return web.Response(body=orjson.dumps({"error": error}), content_type="application/json")
+        args = wire.parse_binding_args(await request.read())
+        error = await holder.hold(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        return web.Response(body=wire.binding_result(error), content_type="application/json")
 
     async def healthz(request: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -83,7 +83,7 @@ async def test_over_http_filter_passes_one_candidate_and_bind_answers_when_the_g
         calls = [client.post("/bind", data=orjson.dumps({"PodName": f"p-{uid}", "PodNamespace": "ns",
                                                           "PodUID": uid, "Node": "n1"})) for uid in "ab"]
         answers = [await resp.json() for resp in await asyncio.gather(*calls)]
-    assert answers == [{"error": ""}, {"error": ""}] and sorted(binds.bound) == ["p-a", "p-b"]
+    assert answers == [{"Error": ""}, {"Error": ""}] and sorted(binds.bound) == ["p-a", "p-b"]
 
 
 def test_the_floor_runs_only_when_named_and_before_the_baseline() -> None:
